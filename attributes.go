@@ -1,0 +1,85 @@
+package floodgate
+
+import "strings"
+
+// Attributes are the facts about one request that rules derive keys from and
+// overrides match on: a user id, a tenant, a client IP, a route. A missing or
+// empty attribute skips every rule keyed on it.
+type Attributes map[string]string
+
+// matches reports whether attrs holds every value of a.
+func (a Attributes) matches(attrs Attributes) bool {
+	for k, v := range a {
+		if attrs[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// globalKey is the key of a rule with no key attributes.
+const globalKey = "*"
+
+// keyFor returns the rule's key for attrs, or "" when the rule is skipped.
+// A single attribute value is used as is unless it needs escaping, so the
+// common case does not allocate. Composite keys join escaped values with ':'.
+func (c *compiledRule) keyFor(attrs Attributes) string {
+	if c.KeyFunc != nil {
+		k := c.KeyFunc(attrs)
+		if k == "" {
+			return ""
+		}
+		return escapeKey(k)
+	}
+	switch len(c.Key) {
+	case 0:
+		return globalKey
+	case 1:
+		v := attrs[c.Key[0]]
+		if v == "" {
+			return ""
+		}
+		return escapeKey(v)
+	}
+	n := len(c.Key) - 1
+	for _, name := range c.Key {
+		v := attrs[name]
+		if v == "" {
+			return ""
+		}
+		n += len(v)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i, name := range c.Key {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		writeEscaped(&b, attrs[name])
+	}
+	return b.String()
+}
+
+// escapeKey escapes ':' and '\' (and a lone "*", the global key) so that
+// distinct key tuples can never produce the same key.
+func escapeKey(v string) string {
+	if v == globalKey {
+		return `\*`
+	}
+	if !strings.ContainsAny(v, `:\`) {
+		return v
+	}
+	var b strings.Builder
+	b.Grow(len(v) + 4)
+	writeEscaped(&b, v)
+	return b.String()
+}
+
+func writeEscaped(b *strings.Builder, v string) {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == ':' || c == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(v[i])
+	}
+}

@@ -1,0 +1,120 @@
+package floodgate
+
+import "time"
+
+// Reason says why a decision came out as it did.
+type Reason uint8
+
+const (
+	// ReasonNone: the decision was made by the rules and admitted.
+	ReasonNone Reason = iota
+	// ReasonLimit: a rule denied the decision.
+	ReasonLimit
+	// ReasonStore: the store failed and the failure policy decided.
+	ReasonStore
+)
+
+// String returns "", "limit" or "store".
+func (r Reason) String() string {
+	switch r {
+	case ReasonLimit:
+		return "limit"
+	case ReasonStore:
+		return "store"
+	}
+	return ""
+}
+
+// inlineRules is how many per-rule results a Decision holds without
+// allocating.
+const inlineRules = 4
+
+// Decision is the answer to one request.
+//
+// Limit, Remaining and ResetAfter describe the binding rule: when denied,
+// the denying rule with the longest wait; when admitted, the rule with the
+// fewest units left. RetryAfter is set when denied: the exact time until this
+// same request would be admitted (the maximum over the denying rules), or 0
+// when Never is set or the store decided.
+type Decision struct {
+	Allowed bool
+	Reason  Reason
+	// Rule names the binding rule ("" when no rule applied).
+	Rule       string
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+	// Never reports that the cost exceeds what a rule can ever admit:
+	// retrying cannot help.
+	Never bool
+	// ShadowDenied reports that a shadow rule (or a shadow limiter's rule)
+	// would have denied this request.
+	ShadowDenied bool
+	// Err is the store error behind a ReasonStore decision.
+	Err error
+
+	limiter *Limiter
+	cost    int64
+	id      uint64
+	n       int
+	rules   [inlineRules]RuleDecision
+	more    []RuleDecision
+}
+
+// RuleDecision is what one rule decided.
+type RuleDecision struct {
+	Name string
+	// Allowed is what the rule itself decided; for a shadow rule it may be
+	// false while the decision is admitted.
+	Allowed    bool
+	Shadow     bool
+	Never      bool
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+
+	key   string
+	stamp int64
+	took  bool // units were charged to this rule
+	rule  int  // index in the limiter's rules
+}
+
+// Rules returns the applied rules' results in rule order. Rules skipped for
+// lack of a key are absent. The slice aliases d.
+func (d *Decision) Rules() []RuleDecision {
+	if d.more != nil {
+		return d.more
+	}
+	return d.rules[:d.n]
+}
+
+func (d *Decision) ruleSlot() *RuleDecision {
+	if d.n < inlineRules {
+		d.n++
+		return &d.rules[d.n-1]
+	}
+	if d.more == nil {
+		d.more = make([]RuleDecision, inlineRules, 2*inlineRules)
+		copy(d.more, d.rules[:])
+	}
+	d.more = append(d.more, RuleDecision{})
+	d.n++
+	return &d.more[len(d.more)-1]
+}
+
+// Ticket returns what a refund of this decision needs. It is valid only for
+// an admitted decision that charged something (see Ticket.Valid).
+func (d *Decision) Ticket() Ticket {
+	if !d.Allowed || d.limiter == nil {
+		return Ticket{}
+	}
+	t := Ticket{Limiter: d.limiter.name, ID: d.id, Cost: d.cost}
+	for _, r := range d.Rules() {
+		if r.took {
+			t.Entries = append(t.Entries, TicketEntry{Rule: r.Name, Key: r.key, Stamp: r.stamp})
+		}
+	}
+	return t
+}

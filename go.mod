@@ -1,0 +1,3 @@
+module github.com/floodgate-go/floodgate
+
+go 1.26

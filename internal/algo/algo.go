@@ -1,0 +1,342 @@
+// Package algo holds the arithmetic of floodgate's five algorithms on a
+// plain per-key state. Stores call it; it knows nothing about keys, locks or
+// persistence.
+//
+// All times are integer microseconds since the Unix epoch and all durations
+// integer microseconds, so every answer is exact and the Redis scripts (whose
+// Lua numbers are doubles, exact to 2^53) can reproduce it bit for bit.
+//
+// A store evaluates one rule in these steps, holding whatever lock protects s:
+//
+//	Normalize(p, s, now)              // bring the state to now
+//	ok, never, retry := Check(p, s, now, n)
+//	if committing { Take(p, s, now, n, lease) }
+//	remaining, reset := Status(p, s, now)
+//
+// Normalize changes only the representation of s, never its meaning, so it is
+// safe to call on a state that is then left uncommitted.
+package algo
+
+import "time"
+
+// Kind names an algorithm.
+type Kind uint8
+
+// The algorithms. The zero Kind is invalid.
+const (
+	FixedWindow Kind = iota + 1
+	SlidingWindow
+	TokenBucket
+	GCRA
+	Concurrency
+)
+
+// Align says where a fixed window starts.
+type Align uint8
+
+// Window alignments for FixedWindow.
+const (
+	AlignFirstHit Align = iota // the window opens at the key's first hit
+	AlignClock                 // windows are multiples of Window since the Unix epoch
+	AlignDay                   // calendar days in Loc
+	AlignMonth                 // calendar months in Loc
+)
+
+// MaxUnits bounds the products the algorithms form (burst × window and the
+// like) so that they stay exact in a double. Validation keeps parameters under
+// it; debts from Record are clamped to it.
+const MaxUnits = 1 << 53
+
+// Params are one rule's parameters for one decision.
+type Params struct {
+	Kind    Kind
+	Limit   int64 // units per Window; leases for Concurrency
+	Window  int64 // µs; lease lifetime for Concurrency; unused for calendar windows
+	Burst   int64 // capacity of TokenBucket and GCRA (>= 1)
+	Buckets int64 // sub-buckets of SlidingWindow (Window % Buckets == 0)
+	Align   Align
+	Loc     *time.Location // calendar windows; nil means UTC
+}
+
+// Lease is one held concurrency slot group.
+type Lease struct {
+	ID  uint64
+	N   int64 // slots held
+	Exp int64 // µs when it lapses if not released
+}
+
+// State is one key's state. The zero value is an absent key.
+//
+//	FixedWindow:   A = window start, B = count, C = window end
+//	SlidingWindow: A = newest bucket number, B = sum of Ring, Ring = per-bucket counts
+//	TokenBucket:   A = whole tokens, B = fraction in 1/Window token units, C = last refill
+//	GCRA:          A = theoretical arrival time (whole µs), B = remainder in 1/Limit µs
+//	Concurrency:   A = slots held, Leases = the leases, sorted by Exp
+type State struct {
+	Live    bool
+	A, B, C int64
+	Ring    []int64
+	Leases  []Lease
+}
+
+// Reset makes s absent, keeping its buffers for reuse.
+func (s *State) Reset() {
+	s.Live = false
+	s.A, s.B, s.C = 0, 0, 0
+	clear(s.Ring)
+	s.Leases = s.Leases[:0]
+}
+
+// Normalize brings s to the time now without changing what it means.
+func Normalize(p *Params, s *State, now int64) {
+	switch p.Kind {
+	case FixedWindow:
+		if !s.Live || now >= s.C {
+			start, end := windowAt(p, now)
+			s.A, s.B, s.C, s.Live = start, 0, end, true
+		}
+	case SlidingWindow:
+		normSliding(p, s, now)
+	case TokenBucket:
+		normBucket(p, s, now)
+	case GCRA:
+		if !s.Live || s.A < now {
+			s.A, s.B, s.Live = now, 0, true
+		}
+	case Concurrency:
+		normLeases(s, now)
+	}
+}
+
+// Check reports whether n units would be admitted now. When they would not,
+// never says that no wait can help (n exceeds the capacity) and otherwise
+// retry is the exact wait in µs after which the same n is admitted, assuming
+// no other traffic. s must be normalized.
+func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
+	switch p.Kind {
+	case FixedWindow:
+		if n > p.Limit {
+			return false, true, 0
+		}
+		if s.B+n <= p.Limit {
+			return true, false, 0
+		}
+		return false, false, s.C - now
+	case SlidingWindow:
+		return checkSliding(p, s, now, n)
+	case TokenBucket:
+		if n > p.Burst {
+			return false, true, 0
+		}
+		if s.A >= n {
+			return true, false, 0
+		}
+		need := (n-s.A)*p.Window - s.B
+		return false, false, ceilDiv(need, p.Limit)
+	case GCRA:
+		if n > p.Burst {
+			return false, true, 0
+		}
+		over := gcraDebt(p, s, now) + n*p.Window - p.Burst*p.Window
+		if over <= 0 {
+			return true, false, 0
+		}
+		return false, false, ceilDiv(over, p.Limit)
+	case Concurrency:
+		return checkLeases(p, s, now, n)
+	}
+	return false, true, 0
+}
+
+// Take consumes n units (or adds a lease of n slots with the given id) without
+// checking the limit: Record uses it directly, consume after Check. It
+// returns the stamp a refund needs: the window start for FixedWindow, the
+// bucket number for SlidingWindow, 0 otherwise. s must be normalized.
+func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
+	switch p.Kind {
+	case FixedWindow:
+		s.B = addClamped(s.B, n)
+		return s.A
+	case SlidingWindow:
+		i := s.A % p.Buckets
+		s.Ring[i] = addClamped(s.Ring[i], n)
+		s.B = addClamped(s.B, n)
+		return s.A
+	case TokenBucket:
+		s.A -= n
+		if floor := p.Burst - MaxUnits/p.Window; s.A < floor {
+			s.A = floor
+		}
+	case GCRA:
+		d := min(gcraDebt(p, s, now)+n*p.Window, MaxUnits+p.Burst*p.Window)
+		s.A, s.B = now+d/p.Limit, d%p.Limit
+	case Concurrency:
+		addLease(s, Lease{ID: lease, N: n, Exp: now + p.Window})
+	}
+	return 0
+}
+
+// Give returns n units taken at stamp (or releases the lease with the given
+// id). Units counted in a window that has since rolled are not returned; a
+// bucket is never filled past its capacity. s must be normalized.
+func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
+	switch p.Kind {
+	case FixedWindow:
+		if stamp == s.A {
+			s.B = max(0, s.B-n)
+		}
+	case SlidingWindow:
+		if stamp <= s.A && s.A-stamp < p.Buckets {
+			i := stamp % p.Buckets
+			d := min(n, s.Ring[i])
+			s.Ring[i] -= d
+			s.B -= d
+		}
+	case TokenBucket:
+		s.A += n
+		if s.A >= p.Burst {
+			s.A, s.B = p.Burst, 0
+		}
+	case GCRA:
+		d := max(0, gcraDebt(p, s, now)-n*p.Window)
+		s.A, s.B = now+d/p.Limit, d%p.Limit
+	case Concurrency:
+		for i, l := range s.Leases {
+			if l.ID == lease {
+				s.A -= l.N
+				s.Leases = append(s.Leases[:i], s.Leases[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// Status reports the units left now and the µs until the full quota is back.
+// s must be normalized.
+func Status(p *Params, s *State, now int64) (remaining, reset int64) {
+	switch p.Kind {
+	case FixedWindow:
+		if s.B == 0 && p.Align == AlignFirstHit {
+			return p.Limit, 0
+		}
+		return max(0, p.Limit-s.B), s.C - now
+	case SlidingWindow:
+		return max(0, p.Limit-s.B), slidingReset(p, s, now)
+	case TokenBucket:
+		rem := min(max(0, s.A), p.Burst)
+		if s.A >= p.Burst {
+			return rem, 0
+		}
+		return rem, ceilDiv((p.Burst-s.A)*p.Window-s.B, p.Limit)
+	case GCRA:
+		d := gcraDebt(p, s, now)
+		return max(0, (p.Burst*p.Window-d)/p.Window), ceilDiv(d, p.Limit)
+	case Concurrency:
+		var reset int64
+		if n := len(s.Leases); n > 0 {
+			reset = s.Leases[n-1].Exp - now
+		}
+		return max(0, p.Limit-s.A), reset
+	}
+	return 0, 0
+}
+
+// Expiry is the instant (µs) from which s means the same as an absent key, so
+// a store may forget it. It is never before now for a state holding anything.
+func Expiry(p *Params, s *State, now int64) int64 {
+	switch p.Kind {
+	case FixedWindow:
+		if s.B == 0 {
+			return now
+		}
+		return s.C
+	default:
+		_, reset := Status(p, s, now)
+		return now + reset
+	}
+}
+
+// gcraDebt is how far the theoretical arrival time is ahead of now, in
+// 1/Limit µs.
+func gcraDebt(p *Params, s *State, now int64) int64 {
+	if s.A < now {
+		return 0
+	}
+	return (s.A-now)*p.Limit + s.B
+}
+
+func normBucket(p *Params, s *State, now int64) {
+	if !s.Live {
+		s.A, s.B, s.C, s.Live = p.Burst, 0, now, true
+		return
+	}
+	if now <= s.C {
+		if s.A > p.Burst { // the burst was lowered
+			s.A, s.B = p.Burst, 0
+		}
+		return
+	}
+	el := now - s.C
+	s.C = now
+	if s.A >= p.Burst {
+		s.A, s.B = p.Burst, 0
+		return
+	}
+	s.B = min(s.B, p.Window-1) // the window may have shrunk
+	need := (p.Burst-s.A)*p.Window - s.B
+	if el >= ceilDiv(need, p.Limit) {
+		s.A, s.B = p.Burst, 0
+		return
+	}
+	acc := s.B + el*p.Limit
+	s.A += acc / p.Window
+	s.B = acc % p.Window
+}
+
+// windowAt returns the fixed window [start, end) that holds now.
+func windowAt(p *Params, now int64) (start, end int64) {
+	switch p.Align {
+	case AlignClock:
+		start = floorDiv(now, p.Window) * p.Window
+		return start, start + p.Window
+	case AlignDay, AlignMonth:
+		loc := p.Loc
+		if loc == nil {
+			loc = time.UTC
+		}
+		y, m, d := time.UnixMicro(now).In(loc).Date()
+		var s, e time.Time
+		if p.Align == AlignDay {
+			s = time.Date(y, m, d, 0, 0, 0, 0, loc)
+			e = time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+		} else {
+			s = time.Date(y, m, 1, 0, 0, 0, 0, loc)
+			e = time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+		}
+		return s.UnixMicro(), e.UnixMicro()
+	default:
+		return now, now + p.Window
+	}
+}
+
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func addClamped(a, b int64) int64 {
+	if a > MaxUnits-b {
+		return MaxUnits
+	}
+	return a + b
+}

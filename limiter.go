@@ -1,0 +1,449 @@
+package floodgate
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FailurePolicy says what a decision is when the store cannot answer.
+type FailurePolicy uint8
+
+const (
+	// FailOpen admits with reason store (the default).
+	FailOpen FailurePolicy = iota
+	// FailClosed denies with reason store; use it for login and other
+	// abuse-sensitive limiters.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (p FailurePolicy) String() string {
+	if p == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// ParseFailurePolicy parses "open" or "closed" ("" means open).
+func ParseFailurePolicy(s string) (FailurePolicy, error) {
+	switch s {
+	case "", "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, sprintfErr("unknown failure policy %q (want open or closed)", s)
+}
+
+// DefaultTimeout is the default deadline of one store call.
+const DefaultTimeout = 50 * time.Millisecond
+
+// Options are a limiter's optional settings. The zero value is ready to use.
+type Options struct {
+	// Clock supplies the time of in-process stores; nil means the system
+	// clock.
+	Clock Clock
+	// FailurePolicy decides when the store cannot answer; default FailOpen.
+	FailurePolicy FailurePolicy
+	// Shadow runs the whole limiter dark: every rule is a shadow rule.
+	Shadow bool
+	// Timeout is the deadline of each store call; 0 means DefaultTimeout.
+	// In-process stores are not given one.
+	Timeout time.Duration
+	// Breaker tunes the circuit breaker around remote stores.
+	Breaker BreakerOptions
+	// Observer, when set, is called after every decision, refund and
+	// record, for metrics and audit.
+	Observer Observer
+	// Logger receives failure-policy decisions (at most one line a second
+	// per limiter) and refunds that could not be applied; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Observer is called once per decision with what was decided. It must not
+// retain the Event's Decision after it returns.
+type Observer func(ctx context.Context, e Event)
+
+// Event describes one decision for an Observer.
+type Event struct {
+	Limiter  string
+	Mode     Mode
+	Cost     int64
+	Decision *Decision
+}
+
+// Limiter applies a set of rules to requests. It is safe for concurrent use.
+type Limiter struct {
+	name     string
+	store    Store
+	rules    []*compiledRule
+	byName   map[string]*compiledRule
+	clock    Clock
+	policy   FailurePolicy
+	shadow   bool
+	timeout  time.Duration
+	remote   bool
+	breaker  *breaker
+	observer Observer
+	logger   *slog.Logger
+
+	batches    sync.Pool
+	lastLog    atomic.Int64
+	suppressed atomic.Int64
+}
+
+// New returns a limiter named name that keeps its state in store and applies
+// rules, all of which must admit a request. opts may be nil. It returns a
+// *ConfigError naming the limiter, rule and field of any misconfiguration.
+func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error) {
+	if name == "" {
+		return nil, &ConfigError{Field: "name", Reason: "must not be empty"}
+	}
+	if !validName(name) {
+		return nil, &ConfigError{Limiter: name, Field: "name", Reason: "may hold only letters, digits, '.', '_' and '-'"}
+	}
+	if store == nil {
+		return nil, &ConfigError{Limiter: name, Field: "store", Reason: "must not be nil"}
+	}
+	if len(rules) == 0 {
+		return nil, &ConfigError{Limiter: name, Field: "rules", Reason: "must hold at least one rule"}
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	if opts.FailurePolicy > FailClosed {
+		return nil, &ConfigError{Limiter: name, Field: "failure_policy", Reason: "unknown policy"}
+	}
+	if opts.Timeout < 0 {
+		return nil, &ConfigError{Limiter: name, Field: "timeout", Reason: "must not be negative"}
+	}
+	l := &Limiter{
+		name:     name,
+		store:    store,
+		byName:   make(map[string]*compiledRule, len(rules)),
+		clock:    opts.Clock,
+		policy:   opts.FailurePolicy,
+		shadow:   opts.Shadow,
+		timeout:  opts.Timeout,
+		breaker:  newBreaker(opts.Breaker),
+		observer: opts.Observer,
+		logger:   opts.Logger,
+	}
+	if l.clock == nil {
+		l.clock = SystemClock{}
+	}
+	if l.timeout == 0 {
+		l.timeout = DefaultTimeout
+	}
+	if l.logger == nil {
+		l.logger = slog.Default()
+	}
+	if ip, ok := store.(InProcess); !ok || !ip.InProcess() {
+		l.remote = true
+	}
+	for i, r := range rules {
+		c, err := compileRule(name, i, r)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := l.byName[r.Name]; dup {
+			return nil, &ConfigError{Limiter: name, Rule: r.Name, Field: "name", Reason: "duplicate rule name"}
+		}
+		l.byName[r.Name] = c
+		l.rules = append(l.rules, c)
+	}
+	n := len(rules)
+	l.batches.New = func() any { return &Batch{Ops: make([]Op, 0, n)} }
+	return l, nil
+}
+
+// Name returns the limiter's name.
+func (l *Limiter) Name() string { return l.name }
+
+// Rules returns a copy of the limiter's rules, with defaults applied.
+func (l *Limiter) Rules() []Rule {
+	out := make([]Rule, len(l.rules))
+	for i, c := range l.rules {
+		out[i] = c.Rule
+		if c.Burst == 0 {
+			out[i].Burst = c.params.Burst
+		}
+	}
+	return out
+}
+
+// FailurePolicy returns the limiter's failure policy.
+func (l *Limiter) FailurePolicy() FailurePolicy { return l.policy }
+
+// Shadow reports whether the whole limiter runs dark.
+func (l *Limiter) Shadow() bool { return l.shadow }
+
+// Breaker returns the state of the limiter's circuit breaker.
+func (l *Limiter) Breaker() BreakerState { return l.breaker.current() }
+
+// Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
+func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
+	return l.decide(ctx, ModeConsume, attrs, 1)
+}
+
+// AllowN asks for n units. Every applicable rule must admit n for the
+// decision to be admitted, and then n is charged to every one of them; a
+// denied decision charges nothing. n == 0 peeks: nothing is charged and
+// Allowed says whether one unit would be admitted now.
+func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+	if n < 0 {
+		return Decision{}, sprintfErr("floodgate: limiter %q: cost %d must not be negative", l.name, n)
+	}
+	if n == 0 {
+		return l.decide(ctx, ModePeek, attrs, 1), nil
+	}
+	return l.decide(ctx, ModeConsume, attrs, n), nil
+}
+
+// Peek reports whether n units would be admitted now, charging nothing.
+func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+	if n < 1 {
+		return Decision{}, sprintfErr("floodgate: limiter %q: peek cost %d must be at least 1", l.name, n)
+	}
+	return l.decide(ctx, ModePeek, attrs, n), nil
+}
+
+// Record charges n units to every applicable rule without an admission
+// check: usage known only after the work is done. It may push keys past
+// their limits; later decisions are then denied until the usage ages out.
+// The decision describes the state afterwards, as a peek at one unit.
+func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+	if n < 0 {
+		return Decision{}, sprintfErr("floodgate: limiter %q: recorded cost %d must not be negative", l.name, n)
+	}
+	return l.decide(ctx, ModeRecord, attrs, n), nil
+}
+
+// Refund gives an admitted decision's units back to every rule it charged,
+// while the window they were counted in is current; for Concurrency rules it
+// releases the lease. A ticket is refunded at most once. A refund that cannot
+// be applied leaves the limiter stricter, never looser: it is logged and its
+// error returned, and callers may ignore that error.
+func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
+	if !t.Valid() {
+		return nil
+	}
+	if t.Limiter != l.name {
+		return ErrForeignTicket
+	}
+	b := l.batch()
+	defer l.batches.Put(b)
+	b.Mode, b.Now, b.Cost, b.Ticket = ModeRefund, l.clock.Now(), t.Cost, t.ID
+	for _, e := range t.Entries {
+		c := l.byName[e.Rule]
+		if c == nil {
+			continue // the rule was removed since: nothing to give back
+		}
+		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: e.Key, Params: c.params, Stamp: e.Stamp})
+	}
+	if len(b.Ops) == 0 {
+		return nil
+	}
+	if err := l.apply(ctx, b); err != nil {
+		l.logger.WarnContext(ctx, "floodgate: refund not applied", "limiter", l.name, "err", err)
+		return err
+	}
+	return nil
+}
+
+// Reset forgets the state of every rule's key for attrs (an admin action).
+func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
+	b := l.batch()
+	defer l.batches.Put(b)
+	b.Mode, b.Now = ModeReset, l.clock.Now()
+	for _, c := range l.rules {
+		if key := c.keyFor(attrs); key != "" {
+			b.Ops = append(b.Ops, Op{Scope: c.scope, Key: key, Params: c.params})
+		}
+	}
+	if len(b.Ops) == 0 {
+		return nil
+	}
+	return l.apply(ctx, b)
+}
+
+func (l *Limiter) batch() *Batch {
+	b := l.batches.Get().(*Batch)
+	b.Ops = b.Ops[:0]
+	b.Allowed = false
+	b.Ticket = 0
+	return b
+}
+
+func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64) Decision {
+	d := Decision{limiter: l, cost: cost}
+	b := l.batch()
+	b.Mode, b.Now, b.Cost = mode, l.clock.Now(), cost
+	var err error
+	for _, c := range l.rules {
+		key := c.keyFor(attrs)
+		if key == "" {
+			continue
+		}
+		p := c.params
+		if c.Overrides != nil || c.LimitFunc != nil {
+			if p, err = c.paramsFor(ctx, attrs); err != nil {
+				break
+			}
+		}
+		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: key, Params: p, Shadow: c.Shadow || l.shadow})
+		rd := d.ruleSlot()
+		rd.Name, rd.rule, rd.key, rd.Shadow, rd.Limit = c.Name, c.index, key, c.Shadow || l.shadow, p.Limit
+	}
+	switch {
+	case err != nil:
+		l.failed(ctx, &d, err, b.Now)
+	case len(b.Ops) == 0:
+		d.Allowed = true // no rule applies to this request
+	default:
+		if mode == ModeConsume || mode == ModeRecord {
+			b.Ticket = rand.Uint64() | 1
+			d.id = b.Ticket
+		}
+		if err = l.apply(ctx, b); err != nil {
+			l.failed(ctx, &d, err, b.Now)
+		} else {
+			l.fill(&d, b)
+		}
+	}
+	l.batches.Put(b)
+	if l.observer != nil {
+		e := Event{Limiter: l.name, Mode: mode, Cost: cost, Decision: new(Decision)}
+		*e.Decision = d
+		l.observer(ctx, e)
+	}
+	return d
+}
+
+// apply runs b against the store, with the deadline and the breaker for
+// remote stores.
+func (l *Limiter) apply(ctx context.Context, b *Batch) error {
+	if !l.remote {
+		return l.store.Apply(ctx, b)
+	}
+	now := b.Now.UnixNano()
+	if !l.breaker.allow(now) {
+		return ErrBreakerOpen
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.timeout)
+	err := l.store.Apply(cctx, b)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return err // the caller gave up: not the store's fault
+		}
+		if l.breaker.failure(l.clock.Now().UnixNano()) {
+			l.logger.Warn("floodgate: store circuit breaker opened", "limiter", l.name, "err", err)
+		}
+		return err
+	}
+	l.breaker.success()
+	return nil
+}
+
+// fill turns the store's answers into the decision.
+func (l *Limiter) fill(d *Decision, b *Batch) {
+	rules := d.Rules()
+	enforced := true
+	for i := range b.Ops {
+		op, rd := &b.Ops[i], &rules[i]
+		res := op.Result
+		rd.Allowed, rd.Never = res.Allowed, res.Never
+		rd.Remaining, rd.ResetAfter, rd.RetryAfter = res.Remaining, res.ResetAfter, res.RetryAfter
+		rd.stamp = op.Stamp
+		if !res.Allowed {
+			if op.Shadow {
+				d.ShadowDenied = true
+			} else {
+				enforced = false
+			}
+		}
+	}
+	if b.Mode == ModeConsume {
+		enforced = b.Allowed
+		for i := range rules {
+			rules[i].took = b.Allowed && rules[i].Allowed
+		}
+	}
+	d.Allowed = enforced
+	bind := -1
+	if !enforced {
+		d.Reason = ReasonLimit
+		for i := range rules {
+			r := &rules[i]
+			if r.Allowed || r.Shadow {
+				continue
+			}
+			switch {
+			case bind < 0:
+				bind = i
+			case r.Never != rules[bind].Never:
+				if r.Never {
+					bind = i
+				}
+			case r.RetryAfter > rules[bind].RetryAfter:
+				bind = i
+			}
+		}
+		d.Never = rules[bind].Never
+		if !d.Never {
+			d.RetryAfter = rules[bind].RetryAfter
+		}
+	} else {
+		for pass := 0; pass < 2 && bind < 0; pass++ {
+			for i := range rules {
+				r := &rules[i]
+				if pass == 0 && r.Shadow {
+					continue
+				}
+				if bind < 0 || r.Remaining < rules[bind].Remaining ||
+					r.Remaining == rules[bind].Remaining && r.ResetAfter > rules[bind].ResetAfter {
+					bind = i
+				}
+			}
+		}
+	}
+	r := &rules[bind]
+	d.Rule, d.Limit, d.Remaining, d.ResetAfter = r.Name, r.Limit, r.Remaining, r.ResetAfter
+}
+
+// failed makes d the failure policy's decision for a store error.
+func (l *Limiter) failed(ctx context.Context, d *Decision, err error, now time.Time) {
+	d.Reason, d.Err = ReasonStore, err
+	d.Allowed = l.policy == FailOpen
+	if !d.Allowed {
+		d.RetryAfter = max(l.breaker.retryIn(now.UnixNano()), time.Second)
+	}
+	rs := d.Rules()
+	for i := range rs {
+		rs[i].Allowed = d.Allowed
+	}
+	if len(rs) > 0 {
+		d.Rule, d.Limit = rs[0].Name, rs[0].Limit
+	}
+	l.logFailure(ctx, err, now)
+}
+
+// logFailure logs at most one failure-policy line a second, with the count
+// of the ones it held back.
+func (l *Limiter) logFailure(ctx context.Context, err error, now time.Time) {
+	ns := now.UnixNano()
+	last := l.lastLog.Load()
+	if ns-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, ns) {
+		l.suppressed.Add(1)
+		return
+	}
+	l.logger.WarnContext(ctx, "floodgate: store failed; decided by failure policy",
+		"limiter", l.name, "policy", l.policy.String(), "err", err,
+		"suppressed", l.suppressed.Swap(0))
+}

@@ -1,0 +1,241 @@
+package floodgate
+
+import (
+	"context"
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/algo"
+)
+
+// Rule is one limit of a limiter: at most Limit units per Window for each key.
+type Rule struct {
+	// Name identifies the rule within its limiter: letters, digits, '.', '_'
+	// and '-'.
+	Name string
+	// Algorithm selects how the rule counts.
+	Algorithm Algorithm
+	// Limit is the units admitted per Window (leases held at once for
+	// Concurrency). It must be at least 1.
+	Limit int64
+	// Window is the period of the limit (the lease lifetime for
+	// Concurrency), at least 1ms. Calendar-aligned fixed windows ignore it.
+	Window time.Duration
+	// Burst is the capacity of TokenBucket and GCRA; 0 means Limit. Other
+	// algorithms reject it.
+	Burst int64
+	// Buckets is the number of SlidingWindow sub-buckets. The Window must
+	// divide into them in whole microseconds. 0 means 60, or the largest
+	// number under 60 that divides the window (50 for 1s).
+	Buckets int64
+	// Align places FixedWindow windows (default: at the key's first hit).
+	Align Align
+	// Location is the time zone of AlignDay and AlignMonth; nil means UTC.
+	Location *time.Location
+	// Key lists the request attributes whose values, joined in order, form
+	// the rule's key. The rule is skipped for a request that lacks one of
+	// them (or has it empty). An empty Key makes one key shared by all
+	// requests.
+	Key []string
+	// KeyFunc, when set, replaces Key: it derives the key from the request,
+	// and "" skips the rule.
+	KeyFunc func(Attributes) string
+	// Overrides replace Limit (and Burst) for requests whose attributes
+	// match; the first match wins.
+	Overrides []Override
+	// LimitFunc, when set, is consulted after Overrides: it returns the
+	// limit for this request, or 0 to keep the one found so far. Its error
+	// makes the decision a store failure under the failure policy.
+	LimitFunc func(ctx context.Context, attrs Attributes) (int64, error)
+	// Shadow makes the rule report without enforcing: a shadow rule that
+	// would deny neither denies the decision nor consumes.
+	Shadow bool
+}
+
+// Override gives requests whose attributes equal every value in Match their
+// own limit.
+type Override struct {
+	Match Attributes
+	Limit int64
+	// Burst, when set, replaces the rule's Burst as well.
+	Burst int64
+}
+
+const (
+	defaultBuckets = 60
+	maxBuckets     = 3600
+	minWindow      = time.Millisecond
+)
+
+// compiledRule is a validated Rule with its derived constants.
+type compiledRule struct {
+	Rule
+	index  int
+	scope  string
+	params Params
+	ap     algo.Params // derived params for the default limit
+}
+
+func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
+	bad := func(field, format string, args ...any) error {
+		return &ConfigError{Limiter: limiter, Rule: r.Name, Field: field, Reason: sprintf(format, args...)}
+	}
+	if r.Name == "" {
+		return nil, bad("name", "must not be empty")
+	}
+	if !validName(r.Name) {
+		return nil, bad("name", "%q may hold only letters, digits, '.', '_' and '-'", r.Name)
+	}
+	if !r.Algorithm.valid() {
+		return nil, bad("algorithm", "unknown algorithm %d", uint8(r.Algorithm))
+	}
+	if r.Limit < 1 {
+		return nil, bad("limit", "must be at least 1, got %d", r.Limit)
+	}
+	calendar := r.Algorithm == FixedWindow && (r.Align == AlignDay || r.Align == AlignMonth)
+	if r.Align > AlignMonth {
+		return nil, bad("align", "unknown alignment %d", uint8(r.Align))
+	}
+	if r.Align != AlignFirstHit && r.Algorithm != FixedWindow {
+		return nil, bad("align", "applies to fixed_window only, not %s", r.Algorithm)
+	}
+	if !calendar {
+		if r.Window < minWindow {
+			return nil, bad("window", "must be at least 1ms, got %v", r.Window)
+		}
+		if r.Window%time.Microsecond != 0 {
+			return nil, bad("window", "must be a whole number of microseconds, got %v", r.Window)
+		}
+	}
+	if r.Location != nil && !calendar {
+		return nil, bad("location", "applies to calendar-aligned fixed windows only")
+	}
+	if r.Burst < 0 {
+		return nil, bad("burst", "must not be negative, got %d", r.Burst)
+	}
+	if r.Burst != 0 && r.Algorithm != TokenBucket && r.Algorithm != GCRA {
+		return nil, bad("burst", "applies to token_bucket and gcra only, not %s", r.Algorithm)
+	}
+	if r.Buckets != 0 && r.Algorithm != SlidingWindow {
+		return nil, bad("buckets", "applies to sliding_window only, not %s", r.Algorithm)
+	}
+	if r.Algorithm == SlidingWindow {
+		if r.Buckets == 0 {
+			r.Buckets = defaultBucketsFor(r.Window)
+		}
+		if r.Buckets < 1 || r.Buckets > maxBuckets {
+			return nil, bad("buckets", "must be between 1 and %d, got %d", maxBuckets, r.Buckets)
+		}
+		if us := r.Window.Microseconds(); us%r.Buckets != 0 {
+			return nil, bad("buckets", "window %v does not divide into %d buckets of whole microseconds", r.Window, r.Buckets)
+		}
+	}
+	for i, name := range r.Key {
+		if name == "" {
+			return nil, bad(sprintf("key[%d]", i), "attribute name must not be empty")
+		}
+	}
+	for i, o := range r.Overrides {
+		f := sprintf("overrides[%d]", i)
+		if len(o.Match) == 0 {
+			return nil, bad(f+".match", "must name at least one attribute")
+		}
+		if o.Limit < 1 {
+			return nil, bad(f+".limit", "must be at least 1, got %d", o.Limit)
+		}
+		if o.Burst < 0 || (o.Burst != 0 && r.Algorithm != TokenBucket && r.Algorithm != GCRA) {
+			return nil, bad(f+".burst", "must be positive and applies to token_bucket and gcra only")
+		}
+		if err := checkExact(r, o.Limit, o.Burst); err != "" {
+			return nil, bad(f+".limit", "%s", err)
+		}
+	}
+	if err := checkExact(r, r.Limit, r.Burst); err != "" {
+		return nil, bad("limit", "%s", err)
+	}
+	c := &compiledRule{Rule: r, index: index, scope: limiter + "/" + r.Name}
+	c.params = Params{
+		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst,
+		Buckets: r.Buckets, Align: r.Align, Location: r.Location,
+	}
+	if c.params.Burst == 0 && (r.Algorithm == TokenBucket || r.Algorithm == GCRA) {
+		c.params.Burst = r.Limit
+	}
+	return c, nil
+}
+
+// checkExact keeps the products the algorithms form within the range where
+// integer arithmetic is exact on every store (see algo.MaxUnits).
+func checkExact(r Rule, limit, burst int64) string {
+	if r.Algorithm != TokenBucket && r.Algorithm != GCRA {
+		if limit > algo.MaxUnits/4 {
+			return sprintf("%d is too large (at most %d)", limit, int64(algo.MaxUnits/4))
+		}
+		return ""
+	}
+	if burst == 0 {
+		burst = limit
+	}
+	w := r.Window.Microseconds()
+	if w > 0 && (max(burst, limit) > algo.MaxUnits/4/w) {
+		return sprintf("limit or burst %d times window %v exceeds 2^51 microsecond-units; use a shorter window or a smaller limit", max(burst, limit), r.Window)
+	}
+	return ""
+}
+
+func validName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// paramsFor returns the rule's parameters for one request.
+func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params, error) {
+	p := c.params
+	for _, o := range c.Overrides {
+		if o.Match.matches(attrs) {
+			p.Limit = o.Limit
+			switch {
+			case o.Burst != 0:
+				p.Burst = o.Burst
+			case c.Burst == 0 && (p.Algorithm == TokenBucket || p.Algorithm == GCRA):
+				p.Burst = o.Limit
+			}
+			break
+		}
+	}
+	if c.LimitFunc != nil {
+		l, err := c.LimitFunc(ctx, attrs)
+		if err != nil {
+			return p, err
+		}
+		if l < 0 || l > algo.MaxUnits/4 {
+			return p, sprintfErr("rule %s: limit function returned %d", c.scope, l)
+		}
+		if l > 0 {
+			if c.Burst == 0 && (p.Algorithm == TokenBucket || p.Algorithm == GCRA) {
+				p.Burst = l
+			}
+			p.Limit = l
+			if msg := checkExact(c.Rule, p.Limit, p.Burst); msg != "" {
+				return p, sprintfErr("rule %s: limit function: %s", c.scope, msg)
+			}
+		}
+	}
+	return p, nil
+}
+
+// defaultBucketsFor is the largest bucket count up to 60 that divides w into
+// whole microseconds.
+func defaultBucketsFor(w time.Duration) int64 {
+	us := w.Microseconds()
+	for b := int64(defaultBuckets); b > 1; b-- {
+		if us%b == 0 {
+			return b
+		}
+	}
+	return 1
+}

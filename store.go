@@ -1,0 +1,124 @@
+package floodgate
+
+import (
+	"context"
+	"time"
+)
+
+// Store holds rule state and applies whole decisions to it atomically.
+//
+// A store receives every applicable rule of a decision in one Batch and must
+// apply it as one atomic step: for ModeConsume, either every enforced rule
+// (Shadow false) admits and every admitting rule is charged, or nothing is
+// charged at all. Both stores of this module pass the conformance suite in
+// package storetest, which is the executable form of this contract.
+//
+// Apply returns an error only when the store could not answer (unreachable,
+// timed out, context done); a denial is a result in the batch. It must return
+// promptly once ctx is done. Implementations must be safe for concurrent use.
+type Store interface {
+	Apply(ctx context.Context, b *Batch) error
+}
+
+// InProcess is implemented by stores that never block on I/O (store/memory).
+// The engine skips the per-call deadline and the circuit breaker for them,
+// which keeps their hot path free of allocations.
+type InProcess interface {
+	InProcess() bool
+}
+
+// Mode says what a Batch does.
+type Mode uint8
+
+const (
+	// ModeConsume checks every rule at the batch cost and charges them all
+	// when every enforced rule admits.
+	ModeConsume Mode = iota
+	// ModePeek checks every rule at the batch cost and charges nothing.
+	ModePeek
+	// ModeRecord charges every rule without checking (post-flight usage);
+	// the results then describe a peek at cost 1.
+	ModeRecord
+	// ModeRefund gives back the units of ticket Batch.Ticket, once: each
+	// Op carries the rule and the stamp it was charged at.
+	ModeRefund
+	// ModeReset forgets the state of every Op's key.
+	ModeReset
+)
+
+var modeNames = [...]string{"consume", "peek", "record", "refund", "reset"}
+
+// String returns the mode's name, such as "consume".
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return "mode?"
+}
+
+// Batch is one decision as a store sees it.
+type Batch struct {
+	Mode Mode
+	// Now is the engine's clock reading. Stores with a clock of their own
+	// (store/redis uses the server's) may use that instead.
+	Now time.Time
+	// Cost is the units asked for (>= 1 for consume and peek, >= 0 for record).
+	Cost int64
+	// Ticket identifies the decision: for ModeConsume and ModeRecord it is
+	// the lease id for Concurrency rules; for ModeRefund it is the ticket
+	// being refunded, which a store must refund at most once.
+	Ticket uint64
+	// Ops are the applicable rules, in the limiter's rule order.
+	Ops []Op
+
+	// Allowed is set by ModeConsume: true when every enforced rule admitted
+	// and the batch was charged.
+	Allowed bool
+}
+
+// Op is one rule of a Batch.
+type Op struct {
+	// Scope names the rule ("limiter/rule"); Key is the escaped key within
+	// it. Together they name the state.
+	Scope string
+	Key   string
+	// Params are the rule's parameters for this decision (after per-request
+	// limit look-ups).
+	Params Params
+	// Shadow ops are evaluated but never deny the batch.
+	Shadow bool
+	// Stamp is an output of ModeConsume (the window or bucket the units were
+	// counted in) and an input of ModeRefund.
+	Stamp int64
+
+	// Result is the rule's answer.
+	Result Result
+}
+
+// Params are a rule's algorithm parameters, as a store needs them.
+type Params struct {
+	Algorithm Algorithm
+	Limit     int64
+	Window    time.Duration
+	Burst     int64 // TokenBucket and GCRA capacity
+	Buckets   int64 // SlidingWindow sub-buckets
+	Align     Align
+	Location  *time.Location // AlignDay and AlignMonth
+}
+
+// Result is one rule's answer to one batch.
+type Result struct {
+	// Allowed reports whether the rule admits the batch cost (consume and
+	// peek), or a cost of 1 after the batch (record).
+	Allowed bool
+	// Never reports that the cost exceeds what the rule can ever admit.
+	Never bool
+	// Remaining is the units left after the batch.
+	Remaining int64
+	// ResetAfter is the time until the rule's full quota is available again.
+	ResetAfter time.Duration
+	// RetryAfter, when Allowed is false and Never is false, is the exact
+	// time after which the same cost would be admitted, assuming no other
+	// traffic.
+	RetryAfter time.Duration
+}

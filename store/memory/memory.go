@@ -1,0 +1,348 @@
+// Package memory is floodgate's embedded store: rule state in this process's
+// memory, sharded across locks, with expired state reclaimed in the background
+// and a cap on the number of keys.
+package memory
+
+import (
+	"context"
+	"hash/maphash"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/algo"
+)
+
+// Options tune a Store. The zero value is ready to use.
+type Options struct {
+	// MaxKeys caps the number of keys held; 0 means 1,000,000. When the
+	// store is full, a new key evicts a key that has not been used
+	// recently (second-chance eviction), so a flood of distinct keys
+	// cannot grow memory without bound and hot keys stay put.
+	MaxKeys int
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two; 0 picks one from GOMAXPROCS and MaxKeys.
+	Shards int
+	// SweepInterval is how often expired keys are reclaimed in the
+	// background; 0 means 1s, a negative value disables the sweeper
+	// (expired keys are then reclaimed only by eviction).
+	SweepInterval time.Duration
+}
+
+// DefaultMaxKeys is the key cap of a Store whose Options leave it 0.
+const DefaultMaxKeys = 1_000_000
+
+// Store is the in-memory implementation of floodgate.Store. It is safe for
+// concurrent use. Call Close to stop its background sweeper.
+type Store struct {
+	shards  []shard
+	mask    uint64
+	seed    maphash.Seed
+	maxKeys int
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var (
+	_ floodgate.Store     = (*Store)(nil)
+	_ floodgate.InProcess = (*Store)(nil)
+)
+
+type mkey struct{ scope, key string }
+
+type entry struct {
+	k   mkey
+	st  algo.State
+	exp int64 // µs; the state means "absent" from then on
+	ref bool  // used since the eviction hand last passed
+	pin bool  // part of the batch being applied
+	use bool  // slot holds a key
+}
+
+// shard is one lock's worth of keys. Entries live in a slice indexed by the
+// map, so the steady state allocates nothing and the GC sees few pointers.
+type shard struct {
+	mu      sync.Mutex
+	index   map[mkey]int32
+	entries []entry
+	free    []int32
+	hand    int
+	cap     int
+	now     int64            // latest time seen, µs (drives the sweeper)
+	spent   map[uint64]int64 // refunded tickets → when they may be forgotten
+	sweep   int              // sweeper cursor
+	_       [40]byte         // keep neighbouring shards' locks apart
+}
+
+// New returns a Store with the given options (nil for defaults).
+func New(opts *Options) *Store {
+	if opts == nil {
+		opts = &Options{}
+	}
+	maxKeys := opts.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	n := opts.Shards
+	if n <= 0 {
+		n = 16 * runtime.GOMAXPROCS(0)
+		for n > 1 && maxKeys/n < 1024 {
+			n /= 2
+		}
+	}
+	n = nextPow2(n)
+	s := &Store{
+		shards:  make([]shard, n),
+		mask:    uint64(n - 1),
+		seed:    maphash.MakeSeed(),
+		maxKeys: maxKeys,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	per := (maxKeys + n - 1) / n
+	for i := range s.shards {
+		s.shards[i].cap = per
+		s.shards[i].index = make(map[mkey]int32)
+		s.shards[i].spent = make(map[uint64]int64)
+	}
+	interval := opts.SweepInterval
+	if interval == 0 {
+		interval = time.Second
+	}
+	if interval > 0 {
+		go s.sweeper(interval)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// InProcess reports true: the store never blocks on I/O.
+func (s *Store) InProcess() bool { return true }
+
+// Close stops the background sweeper. The store keeps answering.
+func (s *Store) Close() error {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// Len returns the number of keys held.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.index)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (s *Store) shardOf(scope, key string) int {
+	h := maphash.String(s.seed, key) ^ maphash.String(s.seed, scope)*0x9e3779b97f4a7c15
+	return int(h & s.mask)
+}
+
+// maxInline is how many ops a batch may have before Apply allocates scratch.
+const maxInline = 8
+
+// Apply applies b atomically: the shards of all its keys are locked, in
+// ascending order, for the whole batch.
+func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
+	if len(b.Ops) == 0 {
+		return nil
+	}
+	now := b.Now.UnixMicro()
+	var shardBuf, lockBuf [maxInline]int
+	var idxBuf [maxInline]int32
+	shardOf, locks, idx := shardBuf[:0], lockBuf[:0], idxBuf[:0]
+	if len(b.Ops) > maxInline {
+		shardOf = make([]int, 0, len(b.Ops))
+		locks = make([]int, 0, len(b.Ops))
+		idx = make([]int32, 0, len(b.Ops))
+	}
+	for i := range b.Ops {
+		si := s.shardOf(b.Ops[i].Scope, b.Ops[i].Key)
+		shardOf = append(shardOf, si)
+		if !containsInt(locks, si) {
+			locks = append(locks, si)
+		}
+	}
+	if len(locks) > 1 {
+		sort.Ints(locks)
+	}
+	for _, si := range locks {
+		s.shards[si].mu.Lock()
+	}
+	var ticketShard *shard
+	if b.Mode == floodgate.ModeRefund {
+		// The spent-ticket record lives with the first op's shard, which
+		// is locked; so the check and the refund are one atomic step.
+		ticketShard = &s.shards[shardOf[0]]
+		// A full spent-ticket table refuses refunds: stricter, never looser.
+		if _, spent := ticketShard.spent[b.Ticket]; spent || len(ticketShard.spent) >= 4*ticketShard.cap {
+			s.unlock(locks)
+			return nil
+		}
+	}
+	// Resolve every op to a slot before taking pointers: inserting may
+	// grow a shard's slice.
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		sh := &s.shards[shardOf[i]]
+		if now > sh.now {
+			sh.now = now
+		}
+		k := mkey{op.Scope, op.Key}
+		j, ok := sh.index[k]
+		if ok {
+			sh.entries[j].ref = true
+		} else {
+			if b.Mode == floodgate.ModeReset || b.Mode == floodgate.ModeRefund {
+				idx = append(idx, -1)
+				continue
+			}
+			j = sh.insert(k, now) // a new key earns its second chance by reuse
+		}
+		sh.entries[j].pin = true
+		idx = append(idx, j)
+	}
+	s.apply(b, now, shardOf, idx, ticketShard)
+	for i, j := range idx {
+		if j < 0 {
+			continue
+		}
+		sh := &s.shards[shardOf[i]]
+		e := &sh.entries[j]
+		e.pin = false
+		if e.exp <= now || b.Mode == floodgate.ModeReset {
+			sh.remove(j)
+		}
+	}
+	s.unlock(locks)
+	return nil
+}
+
+func (s *Store) unlock(locks []int) {
+	for _, si := range locks {
+		s.shards[si].mu.Unlock()
+	}
+}
+
+// apply runs the algorithms over a batch whose keys are resolved and locked.
+func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
+	var pbuf [maxInline]algo.Params
+	ps := pbuf[:0]
+	if len(b.Ops) > maxInline {
+		ps = make([]algo.Params, 0, len(b.Ops))
+	}
+	for i := range b.Ops {
+		ps = append(ps, toAlgo(&b.Ops[i].Params))
+	}
+	state := func(i int) *algo.State {
+		return &s.shards[shardOf[i]].entries[idx[i]].st
+	}
+	switch b.Mode {
+	case floodgate.ModeConsume, floodgate.ModePeek:
+		allowed := true
+		for i := range b.Ops {
+			op, st := &b.Ops[i], state(i)
+			algo.Normalize(&ps[i], st, now)
+			ok, never, retry := algo.Check(&ps[i], st, now, b.Cost)
+			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+			if !ok && !op.Shadow {
+				allowed = false
+			}
+		}
+		for i := range b.Ops {
+			op, st := &b.Ops[i], state(i)
+			if b.Mode == floodgate.ModeConsume && allowed && op.Result.Allowed {
+				op.Stamp = algo.Take(&ps[i], st, now, b.Cost, b.Ticket)
+			}
+			s.finish(&ps[i], op, i, shardOf, idx, now)
+		}
+		b.Allowed = allowed && b.Mode == floodgate.ModeConsume
+	case floodgate.ModeRecord:
+		for i := range b.Ops {
+			op, st := &b.Ops[i], state(i)
+			algo.Normalize(&ps[i], st, now)
+			op.Stamp = algo.Take(&ps[i], st, now, b.Cost, b.Ticket)
+			ok, never, retry := algo.Check(&ps[i], st, now, 1)
+			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+			s.finish(&ps[i], op, i, shardOf, idx, now)
+		}
+	case floodgate.ModeRefund:
+		var keep int64
+		for i := range b.Ops {
+			keep = max(keep, ticketLifetime(&ps[i]))
+			if idx[i] < 0 {
+				continue // the key is gone: its window has passed
+			}
+			op, st := &b.Ops[i], state(i)
+			algo.Normalize(&ps[i], st, now)
+			algo.Give(&ps[i], st, now, b.Cost, op.Stamp, b.Ticket)
+			s.finish(&ps[i], op, i, shardOf, idx, now)
+		}
+		ticketShard.spent[b.Ticket] = now + keep
+	case floodgate.ModeReset:
+		for i := range b.Ops {
+			b.Ops[i].Result = floodgate.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
+		}
+	}
+}
+
+// finish fills op's remaining and reset and records when its key expires.
+func (s *Store) finish(p *algo.Params, op *floodgate.Op, i int, shardOf []int, idx []int32, now int64) {
+	e := &s.shards[shardOf[i]].entries[idx[i]]
+	rem, reset := algo.Status(p, &e.st, now)
+	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
+	e.exp = algo.Expiry(p, &e.st, now)
+}
+
+// ticketLifetime is how long a refunded ticket must be remembered: as long
+// as the window it was charged in can live.
+func ticketLifetime(p *algo.Params) int64 {
+	switch {
+	case p.Kind == algo.FixedWindow && p.Align == algo.AlignDay:
+		return 25 * 3600e6
+	case p.Kind == algo.FixedWindow && p.Align == algo.AlignMonth:
+		return 32 * 24 * 3600e6
+	}
+	return p.Window
+}
+
+func toAlgo(p *floodgate.Params) algo.Params {
+	return algo.Params{
+		Kind:    algo.Kind(p.Algorithm),
+		Limit:   p.Limit,
+		Window:  p.Window.Microseconds(),
+		Burst:   p.Burst,
+		Buckets: p.Buckets,
+		Align:   algo.Align(p.Align),
+		Loc:     p.Location,
+	}
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
