@@ -72,7 +72,6 @@ type compiledRule struct {
 	index  int
 	scope  string
 	params Params
-	ap     algo.Params // derived params for the default limit
 }
 
 func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
