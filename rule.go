@@ -79,7 +79,8 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 		return &ConfigError{Limiter: limiter, Rule: r.Name, Field: field, Reason: sprintf(format, args...)}
 	}
 	if r.Name == "" {
-		return nil, bad("name", "must not be empty")
+		// The rule has no name to give: name it by its place in the list.
+		return nil, bad(sprintf("rules[%d].name", index), "must not be empty")
 	}
 	if !validName(r.Name) {
 		return nil, bad("name", "%q may hold only letters, digits, '.', '_' and '-'", r.Name)
