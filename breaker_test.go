@@ -1,0 +1,162 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func TestBreakerOpensAndRecovers(t *testing.T) {
+	const cooldown = 10 * time.Second
+	ctx := context.Background()
+	store := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, store, floodgate.Options{
+		FailurePolicy: floodgate.FailClosed,
+		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: cooldown},
+	})
+
+	for i := range 3 {
+		if got := l.Breaker(); got != floodgate.BreakerClosed {
+			t.Fatalf("breaker %v after %d failures, want closed", got, i)
+		}
+		d := l.Allow(ctx, user("alice"))
+		if d.Allowed || !errors.Is(d.Err, errStoreDown) {
+			t.Fatalf("failure %d: Allowed=%v Err=%v, want a fail-closed store error", i+1, d.Allowed, d.Err)
+		}
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v after 3 consecutive failures, want open", got)
+	}
+
+	// Open: answered by the policy at once, without calling the store.
+	for range 20 {
+		d := l.Allow(ctx, user("alice"))
+		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, floodgate.ErrBreakerOpen) {
+			t.Fatalf("with the breaker open: Allowed=%v Reason=%v Err=%v, want denied, store, ErrBreakerOpen", d.Allowed, d.Reason, d.Err)
+		}
+	}
+	if got := store.calls.Load(); got != 3 {
+		t.Errorf("store called %d times, want 3 (none while open)", got)
+	}
+	// A fail-closed answer says when the breaker will let a probe through.
+	clock.Advance(4 * time.Second)
+	if d := l.Allow(ctx, user("alice")); d.RetryAfter != 6*time.Second {
+		t.Errorf("RetryAfter with 6s of cooldown left = %v, want 6s", d.RetryAfter)
+	}
+
+	// The store recovers, but the breaker holds until the cooldown ends.
+	store.set(healthy)
+	clock.Advance(6*time.Second - time.Microsecond)
+	if d := l.Allow(ctx, user("alice")); !errors.Is(d.Err, floodgate.ErrBreakerOpen) {
+		t.Errorf("1µs before the cooldown ends: Err=%v, want ErrBreakerOpen", d.Err)
+	}
+	if got := store.calls.Load(); got != 3 {
+		t.Errorf("store called %d times before the cooldown ended, want 3", got)
+	}
+
+	// The cooldown is over: one probe goes through, succeeds and closes
+	// the breaker.
+	clock.Advance(time.Microsecond)
+	d := l.Allow(ctx, user("alice"))
+	if !d.Allowed || d.Reason != floodgate.ReasonNone || d.Err != nil || d.Remaining != 9 {
+		t.Errorf("probe decision: %+v, want admitted by the rules with 9 left", d)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Errorf("breaker %v after a successful probe, want closed", got)
+	}
+	for range 5 {
+		l.Allow(ctx, user("alice"))
+	}
+	if got := store.calls.Load(); got != 3+1+5 {
+		t.Errorf("store called %d times, want %d (every decision once closed)", got, 3+1+5)
+	}
+}
+
+func TestBreakerFailedProbeReopens(t *testing.T) {
+	const cooldown = 2 * time.Second
+	ctx := context.Background()
+	store := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, store, floodgate.Options{
+		Breaker: floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
+	})
+	if d := l.Allow(ctx, user("alice")); !d.Allowed || !errors.Is(d.Err, errStoreDown) {
+		t.Fatalf("first failure: Allowed=%v Err=%v, want fail-open with the store error", d.Allowed, d.Err)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v, want open", got)
+	}
+	clock.Advance(cooldown)
+	l.Allow(ctx, user("alice")) // the probe, which fails
+	if got := store.calls.Load(); got != 2 {
+		t.Fatalf("store called %d times, want 2 (one failure, one probe)", got)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v after a failed probe, want open again", got)
+	}
+	// A full cooldown again from the failed probe.
+	clock.Advance(cooldown - time.Microsecond)
+	l.Allow(ctx, user("alice"))
+	if got := store.calls.Load(); got != 2 {
+		t.Errorf("store called %d times within the second cooldown, want 2", got)
+	}
+	store.set(healthy)
+	clock.Advance(time.Microsecond)
+	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonNone {
+		t.Errorf("second probe: Reason=%v Err=%v, want decided by the rules", d.Reason, d.Err)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Errorf("breaker %v after a successful probe, want closed", got)
+	}
+}
+
+func TestBreakerCountsOnlyConsecutiveFailures(t *testing.T) {
+	ctx := context.Background()
+	store := newFaultyStore(t, healthy)
+	l, _ := remoteLimiter(t, store, floodgate.Options{
+		Breaker: floodgate.BreakerOptions{Failures: 3, Cooldown: time.Second},
+	})
+	for range 4 {
+		store.set(failing)
+		l.Allow(ctx, user("alice"))
+		l.Allow(ctx, user("alice"))
+		store.set(healthy)
+		l.Allow(ctx, user("alice"))
+	}
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Errorf("breaker %v after pairs of failures between successes, want closed", got)
+	}
+	store.set(failing)
+	for range 3 {
+		l.Allow(ctx, user("alice"))
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Errorf("breaker %v after 3 consecutive failures, want open", got)
+	}
+}
+
+func TestBreakerDisabled(t *testing.T) {
+	store := newFaultyStore(t, failing)
+	l, _ := remoteLimiter(t, store, floodgate.Options{Breaker: floodgate.BreakerOptions{Failures: -1}})
+	for range 50 {
+		l.Allow(context.Background(), user("alice"))
+	}
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Errorf("disabled breaker is %v, want closed", got)
+	}
+	if got := store.calls.Load(); got != 50 {
+		t.Errorf("store called %d times, want 50", got)
+	}
+}
+
+func TestBreakerStateNames(t *testing.T) {
+	for s, want := range map[floodgate.BreakerState]string{
+		floodgate.BreakerClosed: "closed", floodgate.BreakerOpen: "open", floodgate.BreakerHalfOpen: "half_open",
+	} {
+		if got := s.String(); got != want {
+			t.Errorf("BreakerState(%d).String() = %q, want %q", s, got, want)
+		}
+	}
+}
