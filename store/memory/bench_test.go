@@ -1,0 +1,246 @@
+package memory_test
+
+// Benchmarks of the memory store through the public Limiter API.
+//
+// Every benchmark prebuilds its request attributes (one Attributes map per
+// key) before the timer starts and touches every key once, so the timed loop
+// measures decisions on existing keys; BenchmarkAttributesPerCall shows what
+// building the map in the loop adds. Keys are drawn uniformly at random by a
+// per-goroutine generator. Limits are high enough that every decision is
+// admitted (the costlier path: a ticket id and a charge) unless the name says
+// "denied". The limiter reads the system clock, as in production.
+//
+// Run: go test -run '^$' -bench . -benchmem ./store/memory
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+// benchRand is a splitmix64 generator: cheap, allocation-free and private to
+// one goroutine.
+type benchRand uint64
+
+func (r *benchRand) next() uint64 {
+	*r += 0x9e3779b97f4a7c15
+	z := uint64(*r)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
+// intn returns a uniform number in [0, n) (Lemire's multiply-shift).
+func (r *benchRand) intn(n int) int {
+	return int((r.next() >> 32) * uint64(n) >> 32)
+}
+
+var benchSeed atomic.Uint64
+
+func newBenchRand() benchRand { return benchRand(benchSeed.Add(0x5851f42d4c957f2d)) }
+
+// benchAttrs returns n prebuilt attribute maps: a distinct user and ip per
+// map and n/100 (at least 1) tenants.
+func benchAttrs(n int) []floodgate.Attributes {
+	tenants := max(1, n/100)
+	out := make([]floodgate.Attributes, n)
+	for i := range out {
+		out[i] = floodgate.Attributes{
+			"user":   "user-" + strconv.Itoa(i),
+			"tenant": "tenant-" + strconv.Itoa(i%tenants),
+			"ip":     "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255),
+		}
+	}
+	return out
+}
+
+// Rules whose limits are never reached in a benchmark run.
+var (
+	benchTokenBucket = floodgate.Rule{Name: "per-user", Algorithm: floodgate.TokenBucket,
+		Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}}
+	benchThreeRules = []floodgate.Rule{
+		benchTokenBucket,
+		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 1 << 40, Window: time.Hour, Key: []string{"tenant"}},
+		{Name: "per-ip", Algorithm: floodgate.SlidingWindow, Limit: 1 << 40, Window: time.Minute, Key: []string{"ip"}},
+	}
+	benchAlgorithms = []floodgate.Rule{
+		{Name: "fixed_window", Algorithm: floodgate.FixedWindow, Limit: 1 << 40, Window: time.Hour, Key: []string{"user"}},
+		{Name: "sliding_window", Algorithm: floodgate.SlidingWindow, Limit: 1 << 40, Window: time.Minute, Key: []string{"user"}},
+		{Name: "token_bucket", Algorithm: floodgate.TokenBucket, Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}},
+		{Name: "gcra", Algorithm: floodgate.GCRA, Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}},
+	}
+)
+
+// benchLimiter returns a limiter over a fresh store sized to hold every key
+// of nkeys attribute maps without eviction, with every key already present.
+func benchLimiter(b *testing.B, rules []floodgate.Rule, attrs []floodgate.Attributes) *floodgate.Limiter {
+	b.Helper()
+	st := memory.New(&memory.Options{MaxKeys: max(1024, 4*len(attrs)), SweepInterval: -1})
+	b.Cleanup(func() { st.Close() })
+	l, err := floodgate.New("bench", st, rules, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, a := range attrs {
+		if d := l.Allow(ctx, a); !d.Allowed {
+			b.Fatalf("warm-up denied: %+v", d)
+		}
+	}
+	return l
+}
+
+// runDecisions times l.Allow over attrs drawn uniformly at random, on one
+// goroutine or on GOMAXPROCS of them.
+func runDecisions(b *testing.B, l *floodgate.Limiter, attrs []floodgate.Attributes, parallel bool) {
+	ctx := context.Background()
+	n := len(attrs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	if !parallel {
+		r := newBenchRand()
+		for b.Loop() {
+			if d := l.Allow(ctx, attrs[r.intn(n)]); !d.Allowed {
+				b.Fatal("denied")
+			}
+		}
+		return
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		r := newBenchRand()
+		for pb.Next() {
+			if d := l.Allow(ctx, attrs[r.intn(n)]); !d.Allowed {
+				b.Error("denied")
+				return
+			}
+		}
+	})
+}
+
+var benchKeyCounts = []struct {
+	name string
+	n    int
+}{{"keys=1", 1}, {"keys=10k", 10_000}, {"keys=1M", 1_000_000}}
+
+// BenchmarkLimiter is the headline: one token-bucket rule, or three rules
+// (token bucket per user, fixed window per tenant, sliding window per ip),
+// over 1, 10k and 1M existing keys, serial and parallel.
+func BenchmarkLimiter(b *testing.B) {
+	for _, rs := range []struct {
+		name  string
+		rules []floodgate.Rule
+	}{{"rules=1", []floodgate.Rule{benchTokenBucket}}, {"rules=3", benchThreeRules}} {
+		for _, k := range benchKeyCounts {
+			if testing.Short() && k.n > 10_000 {
+				continue
+			}
+			b.Run(rs.name+"/"+k.name, func(b *testing.B) {
+				attrs := benchAttrs(k.n)
+				l := benchLimiter(b, rs.rules, attrs)
+				for _, mode := range []string{"serial", "parallel"} {
+					b.Run(mode, func(b *testing.B) {
+						runDecisions(b, l, attrs, mode == "parallel")
+					})
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAlgorithm runs each rate algorithm alone: one rule, 10k keys.
+func BenchmarkAlgorithm(b *testing.B) {
+	attrs := benchAttrs(10_000)
+	for _, r := range benchAlgorithms {
+		b.Run(r.Name, func(b *testing.B) {
+			l := benchLimiter(b, []floodgate.Rule{r}, attrs)
+			for _, mode := range []string{"serial", "parallel"} {
+				b.Run(mode, func(b *testing.B) {
+					runDecisions(b, l, attrs, mode == "parallel")
+				})
+			}
+		})
+	}
+	// A concurrency lease must be released, so this one times a pair:
+	// acquire (Allow) and release (Refund of its ticket).
+	b.Run("concurrency/acquire+release", func(b *testing.B) {
+		l := benchLimiter(b, []floodgate.Rule{{Name: "leases", Algorithm: floodgate.Concurrency,
+			Limit: 1 << 20, Window: time.Minute, Key: []string{"user"}}}, attrs)
+		ctx := context.Background()
+		r := newBenchRand()
+		b.ReportAllocs()
+		for b.Loop() {
+			d := l.Allow(ctx, attrs[r.intn(len(attrs))])
+			if !d.Allowed {
+				b.Fatal("denied")
+			}
+			if err := l.Refund(ctx, d.Ticket()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDenied floods one key that is over its limit: the path a hot
+// abusive key takes (reads, no writes).
+func BenchmarkDenied(b *testing.B) {
+	st := memory.New(&memory.Options{SweepInterval: -1})
+	b.Cleanup(func() { st.Close() })
+	l, err := floodgate.New("bench", st, []floodgate.Rule{{Name: "per-user",
+		Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Hour, Key: []string{"user"}}}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	attrs := floodgate.Attributes{"user": "flooder"}
+	for range 10 {
+		l.Allow(ctx, attrs)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := l.Allow(ctx, attrs); d.Allowed {
+			b.Fatal("admitted")
+		}
+	}
+}
+
+// BenchmarkAttributesPerCall builds the request's Attributes map inside the
+// timed loop, as a caller that derives it per request does; compare with
+// BenchmarkLimiter/rules=1/keys=10k/serial, which reuses prebuilt maps.
+func BenchmarkAttributesPerCall(b *testing.B) {
+	attrs := benchAttrs(10_000)
+	users := make([]string, len(attrs))
+	for i, a := range attrs {
+		users[i] = a["user"]
+	}
+	l := benchLimiter(b, []floodgate.Rule{benchTokenBucket}, attrs)
+	ctx := context.Background()
+	r := newBenchRand()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d := l.Allow(ctx, floodgate.Attributes{"user": users[r.intn(len(users))]}); !d.Allowed {
+			b.Fatal("denied")
+		}
+	}
+}
+
+// BenchmarkEviction sends 1M distinct keys through a store capped at 10k:
+// nearly every decision inserts a key and evicts another (a flood of random
+// client addresses).
+func BenchmarkEviction(b *testing.B) {
+	attrs := benchAttrs(1_000_000)
+	if testing.Short() {
+		attrs = attrs[:100_000]
+	}
+	st := memory.New(&memory.Options{MaxKeys: 10_000, SweepInterval: -1})
+	b.Cleanup(func() { st.Close() })
+	l, err := floodgate.New("bench", st, []floodgate.Rule{benchTokenBucket}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runDecisions(b, l, attrs, false)
+}
