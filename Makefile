@@ -12,3 +12,23 @@ check:
 	gofmt -l $$(git ls-files '*.go')
 	go vet ./...
 	staticcheck ./...
+
+# Benchmarks. BENCHTIME and COUNT trade time for less noise; results are
+# ratios within one run (see docs/benchmarks.md).
+BENCHTIME ?= 500ms
+COUNT ?= 5
+BENCH_OUT ?= $(CURDIR)/bench/results
+
+.PHONY: bench bench-compare
+
+# In-repo benchmarks of the memory store through the Limiter API.
+bench:
+	mkdir -p $(BENCH_OUT)
+	go test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) ./store/memory | tee $(BENCH_OUT)/memory.txt
+
+# floodgate's memory store against peer Go limiters (the bench/ module), as a
+# markdown table of medians with ratios to floodgate's token bucket.
+bench-compare:
+	mkdir -p $(BENCH_OUT)
+	cd bench && go test -run '^$$' -bench Compare -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) . | tee $(BENCH_OUT)/compare.txt
+	cd bench && go run ./cmd/benchtable -base floodgate/token_bucket < $(BENCH_OUT)/compare.txt | tee $(BENCH_OUT)/compare.md

@@ -1,0 +1,165 @@
+// Command benchtable turns `go test -bench -benchmem` output into markdown
+// tables of ns/op, B/op and allocs/op with each row's ratio to a baseline row
+// measured in the same run.
+//
+// Benchmark names are read as Benchmark<Group>/<row...>/<column>: one table
+// is printed per last name element (for BenchmarkCompare: serial and
+// parallel), with a row for each contender. When a benchmark ran several
+// times (-count), the median of each metric is shown, with the spread of
+// ns/op (min–max) so that noise is visible.
+//
+// Usage:
+//
+//	go test -run '^$' -bench Compare -benchmem -count 5 | tee out.txt
+//	go run ./cmd/benchtable -base floodgate/token_bucket < out.txt
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	base := flag.String("base", "floodgate/token_bucket", "row the ratios are taken against")
+	flag.Parse()
+	runs, order, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	if len(order) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no benchmark results on standard input")
+		os.Exit(1)
+	}
+	write(os.Stdout, runs, order, *base)
+}
+
+// sample is the metrics of one benchmark line.
+type sample struct{ ns, bytes, allocs float64 }
+
+// key names a result: its table (column) and its row.
+type key struct{ table, row string }
+
+// parse reads benchmark lines, returning every sample of every result and
+// the results in first-seen order.
+func parse(r io.Reader) (map[key][]sample, []key, error) {
+	runs := make(map[key][]sample)
+	var order []key
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := f[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i] // the GOMAXPROCS suffix
+			}
+		}
+		parts := strings.Split(name, "/")
+		k := key{table: parts[len(parts)-1], row: strings.Join(parts[1:len(parts)-1], "/")}
+		if len(parts) < 3 {
+			k = key{table: "", row: strings.TrimPrefix(name, "Benchmark")}
+		}
+		s := sample{ns: -1, bytes: -1, allocs: -1}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			switch f[i+1] {
+			case "ns/op":
+				s.ns = v
+			case "B/op":
+				s.bytes = v
+			case "allocs/op":
+				s.allocs = v
+			}
+		}
+		if s.ns < 0 {
+			continue
+		}
+		if _, seen := runs[k]; !seen {
+			order = append(order, k)
+		}
+		runs[k] = append(runs[k], s)
+	}
+	return runs, order, sc.Err()
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func metric(ss []sample, f func(sample) float64) []float64 {
+	out := make([]float64, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, f(s))
+	}
+	return out
+}
+
+// write prints one markdown table per table name.
+func write(w io.Writer, runs map[key][]sample, order []key, base string) {
+	var tables []string
+	for _, k := range order {
+		if !slices.Contains(tables, k.table) {
+			tables = append(tables, k.table)
+		}
+	}
+	for ti, t := range tables {
+		if ti > 0 {
+			fmt.Fprintln(w)
+		}
+		if t != "" {
+			fmt.Fprintf(w, "**%s**\n\n", t)
+		}
+		baseNs := -1.0
+		if ss, ok := runs[key{t, base}]; ok {
+			baseNs = median(metric(ss, func(s sample) float64 { return s.ns }))
+		}
+		fmt.Fprintf(w, "| limiter | ns/op (median) | ns/op min–max | B/op | allocs/op | time vs %s | runs |\n", base)
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+		for _, k := range order {
+			if k.table != t {
+				continue
+			}
+			ss := runs[k]
+			ns := metric(ss, func(s sample) float64 { return s.ns })
+			ratio := "n/a"
+			if baseNs > 0 {
+				ratio = fmt.Sprintf("%.2fx", median(ns)/baseNs)
+			}
+			row := k.row
+			if row == base {
+				row = "**" + row + "**"
+			}
+			fmt.Fprintf(w, "| %s | %.1f | %.0f–%.0f | %s | %s | %s | %d |\n", row, median(ns),
+				slices.Min(ns), slices.Max(ns),
+				orDash(median(metric(ss, func(s sample) float64 { return s.bytes }))),
+				orDash(median(metric(ss, func(s sample) float64 { return s.allocs }))),
+				ratio, len(ss))
+		}
+	}
+}
+
+// orDash formats a count, or "-" when the run did not report it.
+func orDash(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
