@@ -1,0 +1,132 @@
+package floodgate_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// keyRecorder is a store that admits everything and remembers the last
+// batch's keys, so tests can see the keys a limiter derives.
+type keyRecorder struct {
+	scopes, keys []string
+}
+
+func (s *keyRecorder) Apply(_ context.Context, b *floodgate.Batch) error {
+	s.scopes, s.keys = s.scopes[:0], s.keys[:0]
+	for i := range b.Ops {
+		s.scopes = append(s.scopes, b.Ops[i].Scope)
+		s.keys = append(s.keys, b.Ops[i].Key)
+		b.Ops[i].Result = floodgate.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
+	}
+	b.Allowed = b.Mode == floodgate.ModeConsume
+	return nil
+}
+
+func TestKeysAreNamespacedAndEscaped(t *testing.T) {
+	rec := &keyRecorder{}
+	l, err := floodgate.New("api", rec, []floodgate.Rule{
+		{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second},
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"user"}},
+		{Name: "per-pair", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"tenant", "user"}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		tenant, user string
+		wantKeys     []string
+	}{
+		{"t1", "alice", []string{"*", "alice", "t1:alice"}},
+		{"t:1", "a\\b", []string{"*", `a\\b`, `t\:1:a\\b`}},
+		{"t", "*", []string{"*", `\*`, `t:*`}},
+	} {
+		l.Allow(context.Background(), floodgate.Attributes{"tenant": tt.tenant, "user": tt.user})
+		if got, want := strings.Join(rec.scopes, " "), "api/global api/per-user api/per-pair"; got != want {
+			t.Errorf("scopes %q, want %q", got, want)
+		}
+		if got, want := strings.Join(rec.keys, " "), strings.Join(tt.wantKeys, " "); got != want {
+			t.Errorf("tenant %q user %q: keys %q, want %q", tt.tenant, tt.user, got, want)
+		}
+	}
+}
+
+// TestDistinctKeyTuplesNeverCollide derives keys for many random attribute
+// tuples drawn from an alphabet rich in separators and escapes, and checks
+// that within each rule two tuples share a key only if they are equal.
+func TestDistinctKeyTuplesNeverCollide(t *testing.T) {
+	rec := &keyRecorder{}
+	l, err := floodgate.New("api", rec, []floodgate.Rule{
+		{Name: "one", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"a"}},
+		{Name: "two", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"a", "b"}},
+		{Name: "three", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"a", "b", "c"}},
+		{Name: "func", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second,
+			KeyFunc: func(a floodgate.Attributes) string { return a["a"] }},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const alphabet = `:\*a`
+	rng := rand.New(rand.NewPCG(1, 2))
+	value := func() string {
+		b := make([]byte, 1+rng.IntN(4))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return string(b)
+	}
+	// For each rule (by position): key → the tuple that produced it.
+	seen := make([]map[string][3]string, 4)
+	for i := range seen {
+		seen[i] = make(map[string][3]string)
+	}
+	for range 20_000 {
+		tuple := [3]string{value(), value(), value()}
+		l.Allow(context.Background(), floodgate.Attributes{"a": tuple[0], "b": tuple[1], "c": tuple[2]})
+		if len(rec.keys) != 4 {
+			t.Fatalf("%q: %d rules applied, want 4", tuple, len(rec.keys))
+		}
+		// The part of the tuple each rule's key is made of.
+		parts := [4][3]string{{tuple[0]}, {tuple[0], tuple[1]}, tuple, {tuple[0]}}
+		for i, key := range rec.keys {
+			if key == "*" {
+				t.Errorf("rule %s: tuple %q has the global key", rec.scopes[i], tuple)
+			}
+			if prev, ok := seen[i][key]; ok && prev != parts[i] {
+				t.Fatalf("rule %s: tuples %q and %q both have key %q", rec.scopes[i], prev, parts[i], key)
+			}
+			seen[i][key] = parts[i]
+		}
+	}
+	if n := len(seen[2]); n < 10_000 {
+		t.Errorf("only %d distinct three-part keys from 20000 tuples: the generator is too narrow", n)
+	}
+}
+
+func TestOverrideMatchNeedsEveryValue(t *testing.T) {
+	rec := &keyRecorder{}
+	l, err := floodgate.New("api", rec, []floodgate.Rule{{
+		Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"user"},
+		Overrides: []floodgate.Override{{Match: floodgate.Attributes{"plan": "pro", "region": "eu"}, Limit: 7}},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		attrs floodgate.Attributes
+		want  int64
+	}{
+		{floodgate.Attributes{"user": "u", "plan": "pro", "region": "eu"}, 7},
+		{floodgate.Attributes{"user": "u", "plan": "pro", "region": "eu", "extra": "x"}, 7},
+		{floodgate.Attributes{"user": "u", "plan": "pro"}, 1},
+		{floodgate.Attributes{"user": "u", "plan": "pro", "region": "us"}, 1},
+	} {
+		if d := l.Allow(context.Background(), tt.attrs); d.Limit != tt.want {
+			t.Errorf("%v: Limit = %d, want %d", tt.attrs, d.Limit, tt.want)
+		}
+	}
+}
