@@ -1,0 +1,150 @@
+// Package config reads the decision service's YAML configuration into
+// floodgate's domain values: the store to use, the failure policy, and the
+// limiters with their rules, overrides and tiers.
+//
+// Decoding is strict: an unknown key, a value of the wrong type or a rule
+// floodgate.New would reject is an error that names the file, line, column
+// and field, such as
+//
+//	floodgate.yaml:12:14: limiters[0].rules[1].window: must be at least 1ms, got 500µs
+//
+// The package only reads and checks configuration. It sets up no logging and
+// no metrics, and it opens no store; docs/config.md is the reference of every
+// key.
+package config
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// MaxFileSize is the largest configuration file Load reads.
+const MaxFileSize = 4 << 20
+
+// DefaultMaxKeys is the memory store's key cap when store.memory.max_keys is
+// not set.
+const DefaultMaxKeys = 1_000_000
+
+// Config is a whole, validated configuration.
+type Config struct {
+	// File is the name the configuration was read from, as used in errors.
+	File string
+	// Store says where rule state lives.
+	Store Store
+	// FailurePolicy is every limiter's policy unless it sets its own.
+	FailurePolicy floodgate.FailurePolicy
+	// Breaker tunes every limiter's circuit breaker unless it sets its own.
+	Breaker floodgate.BreakerOptions
+	// Limiters are the configured limiters, in file order, with unique
+	// names.
+	Limiters []Limiter
+}
+
+// Store selects the store. Exactly one of Memory and Redis is set; Memory
+// is the default.
+type Store struct {
+	Memory *Memory
+	Redis  *Redis
+}
+
+// Memory configures the embedded in-memory store.
+type Memory struct {
+	// MaxKeys caps the keys held; default DefaultMaxKeys.
+	MaxKeys int
+}
+
+// Redis configures the Redis store. Exactly one of URL, Cluster and
+// Sentinel is set.
+type Redis struct {
+	// URL addresses a single node: redis://[user:password@]host:port/db
+	// (rediss:// for TLS).
+	URL string
+	// Cluster lists seed addresses of a Redis Cluster.
+	Cluster []string
+	// Sentinel finds the primary through Redis Sentinel.
+	Sentinel *Sentinel
+	// Username and Password authenticate with Cluster and Sentinel
+	// deployments (a URL carries its own).
+	Username string
+	Password string
+	// Deadline bounds each store call; default floodgate.DefaultTimeout.
+	// A limiter's own deadline overrides it.
+	Deadline time.Duration
+	// KeyPrefix starts every key floodgate writes; default "fg:".
+	KeyPrefix string
+}
+
+// Sentinel configures Redis Sentinel discovery.
+type Sentinel struct {
+	// Master is the monitored primary's name.
+	Master string
+	// Addrs lists the sentinels' addresses.
+	Addrs []string
+	// Password authenticates with the sentinels themselves.
+	Password string
+}
+
+// Limiter is one configured limiter.
+type Limiter struct {
+	Name          string
+	FailurePolicy floodgate.FailurePolicy
+	// Shadow runs the whole limiter dark.
+	Shadow bool
+	// Deadline bounds each store call; 0 means the store's default.
+	Deadline time.Duration
+	// Breaker tunes the limiter's circuit breaker.
+	Breaker floodgate.BreakerOptions
+	// Rules are the limiter's rules, tiers already turned into overrides
+	// (after the rule's explicit overrides, which therefore win).
+	Rules []floodgate.Rule
+}
+
+// Options returns opts with the limiter's configured settings (failure
+// policy, shadow, deadline and breaker) filled in.
+func (l *Limiter) Options(opts floodgate.Options) floodgate.Options {
+	opts.FailurePolicy = l.FailurePolicy
+	opts.Shadow = l.Shadow
+	opts.Timeout = l.Deadline
+	opts.Breaker = l.Breaker
+	return opts
+}
+
+// New builds the limiter on store. opts supplies what configuration does
+// not hold (observer, logger, clock); Options fills in the rest.
+func (l *Limiter) New(store floodgate.Store, opts floodgate.Options) (*floodgate.Limiter, error) {
+	o := l.Options(opts)
+	return floodgate.New(l.Name, store, l.Rules, &o)
+}
+
+// Load reads and validates the configuration file at path. Errors are an
+// ErrorList whose entries name path, line, column and field.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse decodes and validates a configuration held in data. name is used in
+// error messages (usually the file name).
+func Parse(name string, data []byte) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s: %d bytes, larger than the %d bytes allowed", name, len(data), MaxFileSize)
+	}
+	d := &decoder{file: name, budget: maxNodes}
+	c := d.decode(data)
+	if len(d.errs) > 0 {
+		return nil, d.errs
+	}
+	return c, nil
+}

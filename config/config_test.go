@@ -1,0 +1,320 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+// TestInvalid pins the exact messages of invalid configurations: each names
+// the file, line, column and field.
+func TestInvalid(t *testing.T) {
+	tests := []struct {
+		file string
+		want []string
+	}{
+		{"align_on_bucket.yaml", []string{
+			"align_on_bucket.yaml:7:16: limiters[0].rules[0].align: applies to fixed_window only, not token_bucket",
+		}},
+		{"bad_algorithm.yaml", []string{
+			"bad_algorithm.yaml:6:20: limiters[0].rules[0].algorithm: unknown algorithm \"leaky_bucket\" (want one of fixed_window, sliding_window, token_bucket, gcra, concurrency)",
+		}},
+		{"bad_duration.yaml", []string{
+			"bad_duration.yaml:7:17: limiters[0].rules[0].window: must be a duration with a unit, such as 500ms, 1s, 15m or 24h, got \"10\"",
+		}},
+		{"bad_limiter_name.yaml", []string{
+			"bad_limiter_name.yaml:2:11: limiters[0].name: may hold only letters, digits, '.', '_' and '-'",
+		}},
+		{"buckets.yaml", []string{
+			"buckets.yaml:8:18: limiters[0].rules[0].buckets: window 1s does not divide into 7 buckets of whole microseconds",
+		}},
+		{"burst_on_fixed.yaml", []string{
+			"burst_on_fixed.yaml:8:16: limiters[0].rules[0].burst: applies to token_bucket and gcra only, not fixed_window",
+		}},
+		{"duplicate_key.yaml", []string{
+			"duplicate_key.yaml:3:5: limiters[0].name: duplicate key",
+		}},
+		{"duplicate_limiter.yaml", []string{
+			"duplicate_limiter.yaml:5:11: limiters[1].name: duplicate limiter name \"api\" (first defined at line 2)",
+		}},
+		{"duplicate_rule.yaml", []string{
+			"duplicate_rule.yaml:8:15: limiters[0].rules[1].name: duplicate rule name",
+		}},
+		{"empty.yaml", []string{
+			"empty.yaml: empty configuration: it must define at least one limiter",
+		}},
+		{"empty_rules.yaml", []string{
+			"empty_rules.yaml:3:12: limiters[0].rules: must hold at least one rule",
+		}},
+		{"failure_policy.yaml", []string{
+			"failure_policy.yaml:1:17: failure_policy: must be open or closed, got \"ajar\"",
+			"failure_policy.yaml:4:21: limiters[0].failure_policy: must be open or closed, got \"shut\"",
+		}},
+		{"fractional_limit.yaml", []string{
+			"fractional_limit.yaml:6:16: limiters[0].rules[0].limit: must be a whole number, got \"2.5\"",
+		}},
+		{"many.yaml", []string{
+			"many.yaml:1:17: failure_policy: must be open or closed, got \"sometimes\"",
+			"many.yaml:2:21: breaker.failures: must be between 1 and 1000000, got 0",
+			"many.yaml:5:13: limiters[0].shadow: must be true or false, got \"maybe\"",
+			"many.yaml:9:16: limiters[0].rules[0].limit: must be a whole number, got \"ten\"",
+			"many.yaml:13:9: limiters[1].rules[0].algorithm: must be set (fixed_window, sliding_window, token_bucket, gcra or concurrency)",
+		}},
+		{"missing_limit.yaml", []string{
+			"missing_limit.yaml:4:9: limiters[0].rules[0].limit: must be set",
+		}},
+		{"negative_limit.yaml", []string{
+			"negative_limit.yaml:6:16: limiters[0].rules[0].limit: must be at least 1, got -3",
+		}},
+		{"no_limiters.yaml", []string{
+			"no_limiters.yaml:1:1: limiters: must hold at least one limiter",
+		}},
+		{"override_limit.yaml", []string{
+			"override_limit.yaml:11:20: limiters[0].rules[0].overrides[0].limit: must be at least 1, got 0",
+		}},
+		{"redis_bad_url.yaml", []string{
+			"redis_bad_url.yaml:2:16: store.redis.url: must start with redis://, rediss:// or unix://, got \"http://127.0.0.1:6379\"",
+			"redis_bad_url.yaml:2:51: store.redis.deadline: must be at least 1ms, got 0s",
+		}},
+		{"redis_two_modes.yaml", []string{
+			"redis_two_modes.yaml:4:14: store.redis.cluster: set only one of url, cluster or sentinel (url is set too)",
+		}},
+		{"short_window.yaml", []string{
+			"short_window.yaml:13:17: limiters[0].rules[1].window: must be at least 1ms, got 500µs",
+		}},
+		{"store_both.yaml", []string{
+			"store_both.yaml:3:10: store.redis: set either memory or redis, not both",
+		}},
+		{"syntax.yaml", []string{
+			"syntax.yaml:3: did not find expected node content",
+		}},
+		{"tier_limit.yaml", []string{
+			"tier_limit.yaml:12:24: limiters[0].rules[0].tiers.pro.limit: must be at least 1, got 0",
+		}},
+		{"tiers_without_attribute.yaml", []string{
+			"tiers_without_attribute.yaml:9:11: limiters[0].rules[0].tiers: needs tier_attribute, on the rule or its limiter, to name the attribute that selects a tier",
+		}},
+		{"time_zone.yaml", []string{
+			"time_zone.yaml:7:20: limiters[0].rules[0].time_zone: unknown time zone \"Mars/Olympus_Mons\" (use an IANA name such as Europe/Berlin, or UTC)",
+		}},
+		{"time_zone_unaligned.yaml", []string{
+			"time_zone_unaligned.yaml:7:20: limiters[0].rules[0].time_zone: applies to calendar-aligned fixed windows only",
+		}},
+		{"unknown_field.yaml", []string{
+			"unknown_field.yaml:8:9: limiters[0].rules[0].windw: unknown field (did you mean window?)",
+		}},
+		{"unnamed_rule.yaml", []string{
+			"unnamed_rule.yaml:5:9: limiters[0].rules[1].name: must not be empty",
+		}},
+		{"wrong_type.yaml", []string{
+			"wrong_type.yaml:2:3: limiters: must be a list, got a mapping",
+		}},
+	}
+	seen := make(map[string]bool)
+	for _, tt := range tests {
+		seen[tt.file] = true
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "invalid", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Parse(tt.file, data)
+			if c != nil {
+				t.Errorf("Parse returned a config with error %v", err)
+			}
+			var list ErrorList
+			if !errors.As(err, &list) {
+				t.Fatalf("error is %T %v, want an ErrorList", err, err)
+			}
+			if got, want := err.Error(), strings.Join(tt.want, "\n"); got != want {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+	files, _ := filepath.Glob(filepath.Join("testdata", "invalid", "*.yaml"))
+	for _, f := range files {
+		if !seen[filepath.Base(f)] {
+			t.Errorf("fixture %s has no test case", f)
+		}
+	}
+}
+
+func TestSampleConfig(t *testing.T) {
+	c, err := Load(filepath.Join("..", "floodgate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Memory == nil || c.Store.Memory.MaxKeys != 1_000_000 || c.Store.Redis != nil {
+		t.Errorf("store = %+v, want memory with 1000000 keys", c.Store)
+	}
+	var names []string
+	for _, l := range c.Limiters {
+		names = append(names, l.Name)
+	}
+	if got, want := strings.Join(names, ","), "api,login,tokens,in-flight"; got != want {
+		t.Errorf("limiters = %s, want %s", got, want)
+	}
+	login := c.Limiters[1]
+	if login.FailurePolicy != floodgate.FailClosed {
+		t.Errorf("login failure policy = %v, want closed", login.FailurePolicy)
+	}
+	org := c.Limiters[0].Rules[1]
+	if got, want := len(org.Overrides), 2; got != want {
+		t.Fatalf("per-org overrides = %d, want %d (one per tier)", got, want)
+	}
+	if o := org.Overrides[1]; o.Match["plan"] != "pro" || o.Limit != 500 || o.Burst != 1000 {
+		t.Errorf("pro tier = %+v", o)
+	}
+	monthly := c.Limiters[2].Rules[1]
+	if monthly.Align != floodgate.AlignMonth || monthly.Location.String() != "Europe/Berlin" {
+		t.Errorf("monthly = align %v in %v", monthly.Align, monthly.Location)
+	}
+}
+
+func TestRedisSentinel(t *testing.T) {
+	c, err := Load(filepath.Join("testdata", "valid", "redis_sentinel.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Store.Redis
+	if c.Store.Memory != nil || r == nil {
+		t.Fatalf("store = %+v, want redis only", c.Store)
+	}
+	if r.Sentinel == nil || r.Sentinel.Master != "mymaster" || len(r.Sentinel.Addrs) != 2 {
+		t.Errorf("sentinel = %+v", r.Sentinel)
+	}
+	if r.Password != "secret" || r.Deadline != 20*time.Millisecond || r.KeyPrefix != "rl:" {
+		t.Errorf("redis = %+v", r)
+	}
+	api, web := c.Limiters[0], c.Limiters[1]
+	// Limiter settings inherit the global ones field by field.
+	if api.FailurePolicy != floodgate.FailClosed || api.Deadline != 10*time.Millisecond {
+		t.Errorf("api = %+v", api)
+	}
+	if got, want := api.Breaker, (floodgate.BreakerOptions{Failures: 3, Cooldown: 500 * time.Millisecond}); got != want {
+		t.Errorf("api breaker = %+v, want %+v", got, want)
+	}
+	if web.FailurePolicy != floodgate.FailOpen || web.Deadline != 20*time.Millisecond || web.Breaker.Failures != -1 {
+		t.Errorf("web = %+v", web)
+	}
+	if got := api.Rules[0].Key; len(got) != 1 || got[0] != "user" {
+		t.Errorf("key = %q, want [user] (a single name is a list of one)", got)
+	}
+}
+
+func TestAnchorsAndNulls(t *testing.T) {
+	c, err := Load(filepath.Join("testdata", "valid", "anchors.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Memory.MaxKeys != 1000 {
+		t.Errorf("max_keys = %d, want 1000", c.Store.Memory.MaxKeys)
+	}
+	if c.FailurePolicy != floodgate.FailOpen {
+		t.Errorf("a null failure_policy must keep the default")
+	}
+	if r := c.Limiters[1].Rules[0]; r.Name != "per-user" || r.Buckets != 12 || r.Algorithm != floodgate.SlidingWindow {
+		t.Errorf("aliased rule = %+v", r)
+	}
+}
+
+// TestTiersDecide builds a configured limiter and checks that tiers and
+// overrides set the limit, explicit overrides first.
+func TestTiersDecide(t *testing.T) {
+	c, err := Parse("tiers.yaml", []byte(`
+limiters:
+  - name: api
+    tier_attribute: plan
+    rules:
+      - name: per-org
+        key: [org]
+        algorithm: fixed_window
+        limit: 1
+        window: 1m
+        overrides:
+          - match: {org: big}
+            limit: 7
+        tiers:
+          pro: {limit: 3}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New(nil)
+	defer store.Close()
+	clock := floodgate.NewManualClock(time.Unix(1_700_000_000, 0))
+	l, err := c.Limiters[0].New(store, floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		attrs floodgate.Attributes
+		want  int64
+	}{
+		{floodgate.Attributes{"org": "a"}, 1},
+		{floodgate.Attributes{"org": "b", "plan": "pro"}, 3},
+		{floodgate.Attributes{"org": "c", "plan": "enterprise"}, 1},
+		{floodgate.Attributes{"org": "big", "plan": "pro"}, 7},
+	} {
+		d := l.Allow(context.Background(), tt.attrs)
+		if !d.Allowed || d.Limit != tt.want {
+			t.Errorf("%v: allowed %v limit %d, want limit %d", tt.attrs, d.Allowed, d.Limit, tt.want)
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "absent.yaml"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("err = %v, want a not-exist error", err)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	_, err := Parse("big.yaml", make([]byte, MaxFileSize+1))
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// FuzzLoad checks that no input makes the loader panic, and that a
+// configuration it accepts builds its limiters.
+func FuzzLoad(f *testing.F) {
+	for _, dir := range []string{"valid", "invalid"} {
+		files, _ := filepath.Glob(filepath.Join("testdata", dir, "*.yaml"))
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join("..", "floodgate.yaml")); err == nil {
+		f.Add(data)
+	}
+	f.Add([]byte("a: &a [*a]"))
+	f.Add([]byte("limiters: [&x {name: a, rules: [{name: r, algorithm: gcra, limit: 1, window: 1s}]}, *x]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			var list ErrorList
+			if !errors.As(err, &list) && len(data) <= MaxFileSize {
+				t.Fatalf("error %T is not an ErrorList: %v", err, err)
+			}
+			return
+		}
+		for _, l := range c.Limiters {
+			if _, err := l.New(nopStore{}, floodgate.Options{}); err != nil {
+				t.Fatalf("accepted limiter %q does not build: %v", l.Name, err)
+			}
+		}
+	})
+}

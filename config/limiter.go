@@ -1,0 +1,277 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// ruleSource remembers where a rule's tiers came from, so that an error
+// floodgate.New reports about a generated override points at the tier.
+type ruleSource struct {
+	explicit int      // overrides written as such; tiers follow them
+	tiers    []string // tier values, in the order their overrides follow
+}
+
+func (d *decoder) limiter(n *yaml.Node, path string, c *Config, deadline time.Duration) (Limiter, bool) {
+	l := Limiter{FailurePolicy: c.FailurePolicy, Breaker: c.Breaker, Deadline: deadline}
+	errs := len(d.errs)
+	f := d.mapping(n, path, "name", "failure_policy", "shadow", "deadline", "breaker", "tier_attribute", "rules")
+	if f == nil {
+		return l, false
+	}
+	if v := f["name"]; v != nil {
+		l.Name, _ = d.str(v, path+".name")
+	}
+	if v := f["failure_policy"]; v != nil {
+		l.FailurePolicy = d.policy(v, path+".failure_policy")
+	}
+	if v := f["shadow"]; v != nil {
+		l.Shadow, _ = d.boolean(v, path+".shadow")
+	}
+	if v := f["deadline"]; v != nil {
+		l.Deadline, _ = d.positive(v, path+".deadline")
+	}
+	if v := f["breaker"]; v != nil {
+		d.breaker(v, path+".breaker", &l.Breaker)
+	}
+	var tierAttr string
+	if v := f["tier_attribute"]; v != nil {
+		tierAttr, _ = d.str(v, path+".tier_attribute")
+	}
+	var sources []ruleSource
+	if v := f["rules"]; v != nil {
+		for i, item := range d.sequence(v, path+".rules") {
+			r, src := d.rule(item, fmt.Sprintf("%s.rules[%d]", path, i), tierAttr)
+			l.Rules = append(l.Rules, r)
+			sources = append(sources, src)
+		}
+	}
+	if len(d.errs) > errs {
+		return l, false
+	}
+	// floodgate.New is the one authority on what a valid limiter is: build
+	// it on a store that holds nothing and place its complaint in the file.
+	if _, err := l.New(nopStore{}, floodgate.Options{}); err != nil {
+		d.placeConfigError(err, n, path, l, sources)
+		return l, false
+	}
+	return l, true
+}
+
+func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, ruleSource) {
+	var r floodgate.Rule
+	var src ruleSource
+	f := d.mapping(n, path, "name", "key", "algorithm", "limit", "window", "burst", "buckets",
+		"align", "time_zone", "shadow", "overrides", "tier_attribute", "tiers")
+	if f == nil {
+		return r, src
+	}
+	if v := f["name"]; v != nil {
+		r.Name, _ = d.str(v, path+".name")
+	}
+	if v := f["key"]; v != nil {
+		r.Key, _ = d.strs(v, path+".key")
+	}
+	if v := f["algorithm"]; v != nil {
+		if s, ok := d.str(v, path+".algorithm"); ok {
+			a, err := floodgate.ParseAlgorithm(s)
+			if err != nil {
+				d.errorf(v, path+".algorithm", "%v", err)
+			}
+			r.Algorithm = a
+		}
+	} else {
+		d.errorf(n, path+".algorithm", "must be set (fixed_window, sliding_window, token_bucket, gcra or concurrency)")
+	}
+	if v := f["limit"]; v != nil {
+		r.Limit, _ = d.integer(v, path+".limit")
+	} else {
+		d.errorf(n, path+".limit", "must be set")
+	}
+	if v := f["window"]; v != nil {
+		r.Window, _ = d.duration(v, path+".window")
+	}
+	if v := f["burst"]; v != nil {
+		r.Burst, _ = d.integer(v, path+".burst")
+	}
+	if v := f["buckets"]; v != nil {
+		r.Buckets, _ = d.integer(v, path+".buckets")
+	}
+	if v := f["align"]; v != nil {
+		if s, ok := d.str(v, path+".align"); ok {
+			a, err := floodgate.ParseAlign(s)
+			if err != nil {
+				d.errorf(v, path+".align", "%v", err)
+			}
+			r.Align = a
+		}
+	}
+	if v := f["time_zone"]; v != nil {
+		if s, ok := d.str(v, path+".time_zone"); ok {
+			loc, err := time.LoadLocation(s)
+			if err != nil || s == "" || strings.EqualFold(s, "local") {
+				d.errorf(v, path+".time_zone", "unknown time zone %q (use an IANA name such as Europe/Berlin, or UTC)", s)
+			} else {
+				r.Location = loc
+			}
+		}
+	}
+	if v := f["shadow"]; v != nil {
+		r.Shadow, _ = d.boolean(v, path+".shadow")
+	}
+	if v := f["overrides"]; v != nil {
+		for i, item := range d.sequence(v, path+".overrides") {
+			p := fmt.Sprintf("%s.overrides[%d]", path, i)
+			of := d.mapping(item, p, "match", "limit", "burst")
+			if of == nil {
+				continue
+			}
+			var o floodgate.Override
+			if m := of["match"]; m != nil {
+				o.Match = d.attributes(m, p+".match")
+			}
+			if m := of["limit"]; m != nil {
+				o.Limit, _ = d.integer(m, p+".limit")
+			} else {
+				d.errorf(item, p+".limit", "must be set")
+			}
+			if m := of["burst"]; m != nil {
+				o.Burst, _ = d.integer(m, p+".burst")
+			}
+			r.Overrides = append(r.Overrides, o)
+		}
+	}
+	src.explicit = len(r.Overrides)
+	if v := f["tier_attribute"]; v != nil {
+		tierAttr, _ = d.str(v, path+".tier_attribute")
+		if f["tiers"] == nil {
+			d.errorf(v, path+".tier_attribute", "is set but the rule has no tiers")
+		}
+	}
+	if v := f["tiers"]; v != nil {
+		p := path + ".tiers"
+		if tierAttr == "" {
+			d.errorf(v, p, "needs tier_attribute, on the rule or its limiter, to name the attribute that selects a tier")
+		}
+		tiers := d.mapping(v, p)
+		for _, value := range orderedKeys(d.resolve(v)) {
+			tv := tiers[value]
+			if tv == nil {
+				continue
+			}
+			tp := p + "." + value
+			tf := d.mapping(tv, tp, "limit", "burst")
+			if tf == nil {
+				continue
+			}
+			o := floodgate.Override{Match: floodgate.Attributes{tierAttr: value}}
+			if m := tf["limit"]; m != nil {
+				o.Limit, _ = d.integer(m, tp+".limit")
+			} else {
+				d.errorf(tv, tp+".limit", "must be set")
+			}
+			if m := tf["burst"]; m != nil {
+				o.Burst, _ = d.integer(m, tp+".burst")
+			}
+			r.Overrides = append(r.Overrides, o)
+			src.tiers = append(src.tiers, value)
+		}
+	}
+	return r, src
+}
+
+// orderedKeys returns a mapping's keys in file order.
+func orderedKeys(n *yaml.Node) []string {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	var keys []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		keys = append(keys, n.Content[i].Value)
+	}
+	return keys
+}
+
+var fieldIndex = regexp.MustCompile(`^rules\[(\d+)\]\.(.*)$`)
+
+// placeConfigError turns floodgate.New's *ConfigError into an Error at the
+// node of the field it names.
+func (d *decoder) placeConfigError(err error, n *yaml.Node, path string, l Limiter, sources []ruleSource) {
+	var ce *floodgate.ConfigError
+	if !errors.As(err, &ce) {
+		d.errorf(n, path, "%v", err)
+		return
+	}
+	rule, field := -1, ce.Field
+	if m := fieldIndex.FindStringSubmatch(ce.Field); m != nil && ce.Rule == "" {
+		rule, _ = strconv.Atoi(m[1])
+		field = m[2]
+	} else if ce.Rule != "" {
+		for i, r := range l.Rules {
+			if r.Name == ce.Rule {
+				rule = i
+				if !strings.Contains(ce.Reason, "duplicate") {
+					break // the first rule of that name; duplicates blame the last
+				}
+			}
+		}
+	}
+	var p string
+	switch {
+	case rule >= 0 && rule < len(sources):
+		p = fmt.Sprintf("%s.rules[%d].%s", path, rule, ruleField(field, sources[rule]))
+	case field == "timeout":
+		p = path + ".deadline"
+	default:
+		p = join(path, field)
+	}
+	d.errorf(d.nearest(p, n), p, "%s", ce.Reason)
+}
+
+// ruleField maps a floodgate.Rule field name to its configuration key.
+func ruleField(field string, src ruleSource) string {
+	if field == "location" {
+		return "time_zone"
+	}
+	var i int
+	var rest string
+	if _, err := fmt.Sscanf(field, "overrides[%d]", &i); err == nil {
+		rest = field[strings.Index(field, "]")+1:]
+		if k := i - src.explicit; k >= 0 && k < len(src.tiers) {
+			return "tiers." + src.tiers[k] + rest
+		}
+	}
+	return field
+}
+
+// nearest returns the node recorded for path or for its closest recorded
+// ancestor, or fallback.
+func (d *decoder) nearest(path string, fallback *yaml.Node) *yaml.Node {
+	for path != "" {
+		if n := d.pos[path]; n != nil {
+			return n
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return fallback
+}
+
+// nopStore holds nothing: it lets validation build limiters without a real
+// store.
+type nopStore struct{}
+
+func (nopStore) Apply(context.Context, *floodgate.Batch) error { return nil }
+func (nopStore) InProcess() bool                               { return true }
