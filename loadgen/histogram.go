@@ -148,3 +148,14 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	// Counts were added while we read them; the top is the best answer.
 	return h.Max()
 }
+
+// reset empties h. It must not run concurrently with any other method.
+func (h *Histogram) reset() {
+	for i := range h.counts {
+		h.counts[i].Store(0)
+	}
+	h.total.Store(0)
+	h.sum.Store(0)
+	h.max.Store(0)
+	h.notMin.Store(0)
+}

@@ -1,0 +1,109 @@
+package loadgen
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// progress writes the live progress line of a run from its own goroutine.
+type progress struct {
+	r     *run
+	w     io.Writer
+	tty   bool
+	stopc chan struct{}
+	done  chan struct{}
+
+	scratch   Histogram // latency so far, rebuilt for every line
+	lastRec   *recorder
+	lastN     uint64
+	lastT     time.Time
+	lastWidth int
+}
+
+// startProgress starts writing r's progress to r.cfg.Progress every
+// r.cfg.ProgressInterval until stop is called.
+func startProgress(r *run) *progress {
+	p := &progress{
+		r:     r,
+		w:     r.cfg.Progress,
+		tty:   isTerminal(r.cfg.Progress),
+		stopc: make(chan struct{}),
+		done:  make(chan struct{}),
+		lastT: r.start,
+	}
+	go p.loop()
+	return p
+}
+
+func (p *progress) loop() {
+	defer close(p.done)
+	t := time.NewTicker(p.r.cfg.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			p.line(now)
+		case <-p.stopc:
+			p.line(time.Now())
+			if p.tty {
+				io.WriteString(p.w, "\n")
+			}
+			return
+		}
+	}
+}
+
+// stop writes a last line and waits for the progress goroutine to end.
+func (p *progress) stop() {
+	close(p.stopc)
+	<-p.done
+}
+
+// line writes one progress line for the time now.
+func (p *progress) line(now time.Time) {
+	r := p.r
+	rec, label := r.main, formatDuration(now.Sub(r.measure).Round(time.Millisecond))
+	if now.Before(r.measure) {
+		rec, label = r.warm, "warm-up "+formatDuration(now.Sub(r.start).Round(time.Millisecond))
+	}
+	if rec != p.lastRec {
+		p.lastRec, p.lastN, p.lastT = rec, 0, now
+		if rec == r.main {
+			p.lastT = r.measure
+		}
+	}
+	allowed, denied, errs := rec.counts()
+	n := allowed + denied + errs
+	var rate float64
+	if dt := now.Sub(p.lastT); dt > 0 {
+		rate = float64(n-p.lastN) / dt.Seconds()
+	}
+	p.lastN, p.lastT = n, now
+	p.scratch.reset()
+	rec.latency(&p.scratch)
+	s := fmt.Sprintf("%s  %s req/s  allowed %d  denied %d  errors %d  p50 %s  p99 %s",
+		label, formatCount(rate), allowed, denied, errs,
+		formatDuration(p.scratch.Quantile(0.5)), formatDuration(p.scratch.Quantile(0.99)))
+	if p.tty {
+		// Rewrite the line in place, blanking what a longer one left.
+		pad := max(p.lastWidth-len(s), 0)
+		p.lastWidth = len(s)
+		s = "\r" + s + strings.Repeat(" ", pad)
+	} else {
+		s += "\n"
+	}
+	io.WriteString(p.w, s)
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

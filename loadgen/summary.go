@@ -1,0 +1,158 @@
+package loadgen
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Summary is what a run measured in its measured part (never the warm-up).
+type Summary struct {
+	// Config is the run's configuration with defaults applied.
+	Config Config
+
+	// Requests is the number of requests answered or failed:
+	// Allowed + Denied + Errors.
+	Requests uint64
+	// Allowed and Denied count the decisions: HTTP "allowed": true or false,
+	// gRPC OK or OVER_LIMIT.
+	Allowed, Denied uint64
+	// Errors counts the requests that got no decision: transport errors,
+	// timeouts, non-200 answers and unexpected bodies or codes.
+	Errors uint64
+	// ErrorKinds counts Errors by message, most frequent first.
+	ErrorKinds []ErrorCount
+	// Missed counts, in the open model, the requests due before the end of
+	// the run that could not be sent because every worker was still busy;
+	// a non-zero value means the offered rate was not reached.
+	Missed uint64
+
+	// Elapsed is the time from the start of the measured part until its last
+	// request finished.
+	Elapsed time.Duration
+	// Throughput is Requests per second of Elapsed.
+	Throughput float64
+
+	// Latency holds the latency of every answered request (errors
+	// excluded), from the intended send time in the open model and from the
+	// actual send time in the closed model.
+	Latency *Histogram
+}
+
+// ErrorCount is how many times one error message was seen.
+type ErrorCount struct {
+	Message string
+	Count   uint64
+}
+
+func sortErrorCounts(es []ErrorCount) {
+	slices.SortFunc(es, func(a, b ErrorCount) int {
+		if c := cmp.Compare(b.Count, a.Count); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Message, b.Message)
+	})
+}
+
+// summary collects the measured part's results; done is when the last worker
+// finished.
+func (r *run) summary(done time.Time) Summary {
+	s := Summary{Config: *r.cfg, Latency: new(Histogram)}
+	s.Allowed, s.Denied, s.Errors = r.main.counts()
+	s.Requests = s.Allowed + s.Denied + s.Errors
+	s.ErrorKinds = r.main.errorCounts()
+	s.Missed = r.missed.Load()
+	r.main.latency(s.Latency)
+	s.Elapsed = max(done.Sub(r.measure), 0)
+	if s.Elapsed > 0 {
+		s.Throughput = float64(s.Requests) / s.Elapsed.Seconds()
+	}
+	return s
+}
+
+// Format writes s as a short human-readable report.
+func (s Summary) Format(w io.Writer) error {
+	c := s.Config
+	var b strings.Builder
+	fmt.Fprintf(&b, "target      %s %s", c.Target, c.Addr)
+	if c.Target == GRPC {
+		fmt.Fprintf(&b, "  domain %q", c.Domain)
+	} else {
+		fmt.Fprintf(&b, "  limiter %q", c.Limiter)
+	}
+	fmt.Fprintf(&b, "  key %q: %d %s keys\n", c.Attribute, c.Keys, c.Distribution)
+	if c.Rate > 0 {
+		fmt.Fprintf(&b, "load        open model: %s req/s offered, up to %d in flight, %v", formatCount(c.Rate), c.Concurrency, c.Duration)
+	} else {
+		fmt.Fprintf(&b, "load        closed model: %d workers, %v", c.Concurrency, c.Duration)
+	}
+	if c.Warmup > 0 {
+		fmt.Fprintf(&b, " after a %v warm-up", c.Warmup)
+	}
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "requests    %d in %s = %s req/s\n", s.Requests, formatDuration(s.Elapsed), formatCount(s.Throughput))
+	fmt.Fprintf(&b, "decisions   allowed %d (%s)  denied %d (%s)  errors %d (%s)\n",
+		s.Allowed, percent(s.Allowed, s.Requests), s.Denied, percent(s.Denied, s.Requests),
+		s.Errors, percent(s.Errors, s.Requests))
+	if s.Missed > 0 {
+		fmt.Fprintf(&b, "missed      %d requests not sent: every worker was busy (raise concurrency or lower the rate)\n", s.Missed)
+	}
+	h := s.Latency
+	if h == nil {
+		h = new(Histogram)
+	}
+	fmt.Fprintf(&b, "latency     p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  mean %s\n",
+		formatDuration(h.Quantile(0.5)), formatDuration(h.Quantile(0.9)),
+		formatDuration(h.Quantile(0.99)), formatDuration(h.Quantile(0.999)),
+		formatDuration(h.Max()), formatDuration(h.Mean()))
+	for _, e := range s.ErrorKinds {
+		fmt.Fprintf(&b, "error       %d × %s\n", e.Count, e.Message)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// formatDuration writes d with three significant digits in the largest unit
+// that keeps it ≥ 1: 850ns, 182µs, 1.23ms, 12.5s.
+func formatDuration(d time.Duration) string {
+	v, unit := float64(d), "ns"
+	switch {
+	case d >= time.Second:
+		v, unit = v/1e9, "s"
+	case d >= time.Millisecond:
+		v, unit = v/1e6, "ms"
+	case d >= time.Microsecond:
+		v, unit = v/1e3, "µs"
+	default:
+		return strconv.FormatInt(int64(d), 10) + unit
+	}
+	return formatSig(v) + unit
+}
+
+// formatSig formats v ≥ 0 with three significant digits, or as a whole number
+// when it has more than three digits before the point.
+func formatSig(v float64) string {
+	prec := 0
+	switch {
+	case v < 10:
+		prec = 2
+	case v < 100:
+		prec = 1
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// formatCount formats a rate or count: whole above 100, else 3 digits.
+func formatCount(v float64) string { return formatSig(v) }
+
+// percent formats n as a percentage of total.
+func percent(n, total uint64) string {
+	if total == 0 {
+		return "0%"
+	}
+	return strconv.FormatFloat(100*float64(n)/float64(total), 'f', 1, 64) + "%"
+}
