@@ -72,17 +72,18 @@ const (
 	DefaultKeys             = 1000
 	DefaultZipfS            = 1.1
 	DefaultCost             = 1
+	DefaultDuration         = 10 * time.Second
 	DefaultRateConcurrency  = 256
 	DefaultTimeout          = time.Second
 	DefaultConns            = 2
 	DefaultProgressInterval = time.Second
 )
 
-// Config describes one load run. Only Target, Addr, Duration and either Rate
-// or Concurrency must be set; every other zero field takes the default named
+// Config describes one load run. Only Addr and either Rate or Concurrency
+// must be set; every other zero field takes the default named
 // in its comment. A Config is read, never modified, by Run.
 type Config struct {
-	// Target is the API to drive: HTTP or GRPC.
+	// Target is the API to drive: HTTP (the default) or GRPC.
 	Target Target
 	// Addr is where the service listens. For HTTP, a base URL such as
 	// "http://127.0.0.1:8080" (a bare host:port gets "http://"); for GRPC, a
@@ -120,7 +121,7 @@ type Config struct {
 	// flight (default 256); a request that finds every worker busy at the
 	// end of the run is counted in Summary.Missed.
 	Concurrency int
-	// Duration is how long the measured part of the run lasts. Required.
+	// Duration is how long the measured part of the run lasts (default 10s).
 	Duration time.Duration
 	// Warmup, when > 0, runs the same load for this long before the
 	// measured part; its results are discarded.
@@ -201,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Cost == 0 {
 		c.Cost = DefaultCost
+	}
+	if c.Duration == 0 {
+		c.Duration = DefaultDuration
 	}
 	if c.Rate > 0 && c.Concurrency == 0 {
 		c.Concurrency = DefaultRateConcurrency

@@ -25,7 +25,7 @@ func TestValidate(t *testing.T) {
 		{"cost", func(c *Config) { c.Cost = -2 }, "loadgen: cost must be between 1 and 4294967295, got -2"},
 		{"rate", func(c *Config) { c.Rate = -1 }, "loadgen: rate must be a finite number ≥ 0, got -1"},
 		{"neither", func(c *Config) { c.Concurrency = 0 }, "loadgen: set a rate (open model) or a concurrency (closed model)"},
-		{"duration", func(c *Config) { c.Duration = 0 }, "loadgen: duration must be > 0, got 0s"},
+		{"duration", func(c *Config) { c.Duration = -time.Second }, "loadgen: duration must be > 0, got -1s"},
 		{"warmup", func(c *Config) { c.Warmup = -time.Second }, "loadgen: warmup must be ≥ 0, got -1s"},
 		{"requests", func(c *Config) { c.Requests = -1 }, "loadgen: requests must be ≥ 0, got -1"},
 	}
@@ -44,7 +44,7 @@ func TestValidate(t *testing.T) {
 	}
 	// Every problem is reported at once.
 	err := Config{}.Validate()
-	if err == nil || !strings.Contains(err.Error(), "addr is required") || !strings.Contains(err.Error(), "duration must be > 0") {
+	if err == nil || !strings.Contains(err.Error(), "addr is required") || !strings.Contains(err.Error(), "set a rate") {
 		t.Errorf("Validate() of the zero Config = %v, want several problems", err)
 	}
 }

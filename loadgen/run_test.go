@@ -329,6 +329,10 @@ func TestHTTPErrorStatus(t *testing.T) {
 	if err := s.Format(&b); err != nil {
 		t.Fatal(err)
 	}
+	js, err := json.Marshal(s)
+	if err != nil || !bytes.Contains(js, []byte(`"requests":3,"allowed":0,"denied":0,"errors":3,`)) {
+		t.Errorf("json.Marshal(summary) = %s, %v", js, err)
+	}
 	for _, part := range []string{"requests    3 in ", "errors 3 (100.0%)", "error       3 × HTTP 404: unknown limiter"} {
 		if !strings.Contains(b.String(), part) {
 			t.Errorf("summary lacks %q:\n%s", part, b.String())

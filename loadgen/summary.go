@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -45,8 +46,8 @@ type Summary struct {
 
 // ErrorCount is how many times one error message was seen.
 type ErrorCount struct {
-	Message string
-	Count   uint64
+	Message string `json:"message"`
+	Count   uint64 `json:"count"`
 }
 
 func sortErrorCounts(es []ErrorCount) {
@@ -155,4 +156,44 @@ func percent(n, total uint64) string {
 		return "0%"
 	}
 	return strconv.FormatFloat(100*float64(n)/float64(total), 'f', 1, 64) + "%"
+}
+
+// MarshalJSON encodes s's results (not its Config) for scripts: counts,
+// elapsed seconds, throughput in requests per second and latency percentiles
+// in microseconds.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	h := s.Latency
+	if h == nil {
+		h = new(Histogram)
+	}
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	type latency struct {
+		P50  float64 `json:"p50"`
+		P90  float64 `json:"p90"`
+		P99  float64 `json:"p99"`
+		P999 float64 `json:"p99.9"`
+		Max  float64 `json:"max"`
+		Mean float64 `json:"mean"`
+	}
+	return json.Marshal(struct {
+		Target     Target       `json:"target"`
+		Addr       string       `json:"addr"`
+		Rate       float64      `json:"rate"`
+		Workers    int          `json:"concurrency"`
+		Requests   uint64       `json:"requests"`
+		Allowed    uint64       `json:"allowed"`
+		Denied     uint64       `json:"denied"`
+		Errors     uint64       `json:"errors"`
+		Missed     uint64       `json:"missed"`
+		ErrorKinds []ErrorCount `json:"error_kinds,omitempty"`
+		Elapsed    float64      `json:"elapsed_s"`
+		Throughput float64      `json:"throughput"`
+		LatencyUS  latency      `json:"latency_us"`
+	}{
+		s.Config.Target, s.Config.Addr, s.Config.Rate, s.Config.Concurrency,
+		s.Requests, s.Allowed, s.Denied, s.Errors, s.Missed, s.ErrorKinds,
+		s.Elapsed.Seconds(), s.Throughput,
+		latency{us(h.Quantile(0.5)), us(h.Quantile(0.9)), us(h.Quantile(0.99)),
+			us(h.Quantile(0.999)), us(h.Max()), us(h.Mean())},
+	})
 }

@@ -1,0 +1,52 @@
+// Command fgload runs the load generator from the command line until
+// `floodgate load` is available everywhere; the benchmark scripts use it.
+//
+//	go run ./loadgen/internal/fgload -target grpc -addr 127.0.0.1:8081 -rate 5000 -duration 10s
+//
+// The progress line goes to stderr and the summary to stdout, as text or,
+// with -json, as one JSON object.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/floodgate-go/floodgate/loadgen"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	var cfg loadgen.Config
+	fs := flag.NewFlagSet("fgload", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	asJSON := fs.Bool("json", false, "print the summary as JSON")
+	quiet := fs.Bool("quiet", false, "no progress line")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return 2
+	}
+	if !*quiet {
+		cfg.Progress = os.Stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	sum, err := loadgen.Run(ctx, cfg)
+	if err != nil && sum.Config.Target == "" {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(sum)
+	} else {
+		sum.Format(os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fgload:", err)
+		return 1
+	}
+	return 0
+}
