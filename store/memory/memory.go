@@ -23,7 +23,8 @@ type Options struct {
 	// cannot grow memory without bound and hot keys stay put.
 	MaxKeys int
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two; 0 picks one from GOMAXPROCS and MaxKeys.
+	// power of two (and halved while it exceeds MaxKeys); 0 picks one from
+	// GOMAXPROCS and MaxKeys.
 	Shards int
 	// SweepInterval is how often expired keys are reclaimed in the
 	// background; 0 means 1s, a negative value disables the sweeper
@@ -95,6 +96,9 @@ func New(opts *Options) *Store {
 		}
 	}
 	n = nextPow2(n)
+	for n > 1 && n > maxKeys {
+		n /= 2 // every shard holds at least one key
+	}
 	s := &Store{
 		shards:  make([]shard, n),
 		mask:    uint64(n - 1),
@@ -103,9 +107,13 @@ func New(opts *Options) *Store {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	per := (maxKeys + n - 1) / n
+	// The shards' capacities add up to exactly maxKeys.
+	per, extra := maxKeys/n, maxKeys%n
 	for i := range s.shards {
 		s.shards[i].cap = per
+		if i < extra {
+			s.shards[i].cap++
+		}
 		s.shards[i].index = make(map[mkey]int32)
 		s.shards[i].spent = make(map[uint64]int64)
 	}
@@ -184,9 +192,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 	if len(locks) > 1 {
 		sort.Ints(locks)
 	}
-	for _, si := range locks {
-		s.shards[si].mu.Lock()
-	}
+	s.lock(locks)
 	var ticketShard *shard
 	if b.Mode == floodgate.ModeRefund {
 		// The spent-ticket record lives with the first op's shard, which
@@ -236,6 +242,12 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 	return nil
 }
 
+func (s *Store) lock(locks []int) {
+	for _, si := range locks {
+		s.shards[si].mu.Lock()
+	}
+}
+
 func (s *Store) unlock(locks []int) {
 	for _, si := range locks {
 		s.shards[si].mu.Unlock()
@@ -243,58 +255,57 @@ func (s *Store) unlock(locks []int) {
 }
 
 // apply runs the algorithms over a batch whose keys are resolved and locked.
+// Each op's parameters are converted where they are used rather than into a
+// scratch array: the conversion is a few moves, the array's zeroing is not.
 func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
-	var pbuf [maxInline]algo.Params
-	ps := pbuf[:0]
-	if len(b.Ops) > maxInline {
-		ps = make([]algo.Params, 0, len(b.Ops))
-	}
-	for i := range b.Ops {
-		ps = append(ps, toAlgo(&b.Ops[i].Params))
-	}
-	state := func(i int) *algo.State {
-		return &s.shards[shardOf[i]].entries[idx[i]].st
+	entry := func(i int) *entry {
+		return &s.shards[shardOf[i]].entries[idx[i]]
 	}
 	switch b.Mode {
 	case floodgate.ModeConsume, floodgate.ModePeek:
 		allowed := true
 		for i := range b.Ops {
-			op, st := &b.Ops[i], state(i)
-			algo.Normalize(&ps[i], st, now)
-			ok, never, retry := algo.Check(&ps[i], st, now, b.Cost)
+			op, e := &b.Ops[i], entry(i)
+			p := toAlgo(&op.Params)
+			algo.Normalize(&p, &e.st, now)
+			ok, never, retry := algo.Check(&p, &e.st, now, b.Cost)
 			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
 			if !ok && !op.Shadow {
 				allowed = false
 			}
 		}
 		for i := range b.Ops {
-			op, st := &b.Ops[i], state(i)
+			op, e := &b.Ops[i], entry(i)
+			p := toAlgo(&op.Params)
 			if b.Mode == floodgate.ModeConsume && allowed && op.Result.Allowed {
-				op.Stamp = algo.Take(&ps[i], st, now, b.Cost, b.Ticket)
+				op.Stamp = algo.Take(&p, &e.st, now, b.Cost, b.Ticket)
 			}
-			s.finish(&ps[i], op, i, shardOf, idx, now)
+			finish(&p, op, e, now)
 		}
 		b.Allowed = allowed && b.Mode == floodgate.ModeConsume
 	case floodgate.ModeRecord:
 		for i := range b.Ops {
-			op, st := &b.Ops[i], state(i)
-			algo.Normalize(&ps[i], st, now)
-			op.Stamp = algo.Take(&ps[i], st, now, b.Cost, b.Ticket)
-			ok, never, retry := algo.Check(&ps[i], st, now, 1)
+			op, e := &b.Ops[i], entry(i)
+			p := toAlgo(&op.Params)
+			algo.Normalize(&p, &e.st, now)
+			op.Stamp = algo.Take(&p, &e.st, now, b.Cost, b.Ticket)
+			ok, never, retry := algo.Check(&p, &e.st, now, 1)
 			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-			s.finish(&ps[i], op, i, shardOf, idx, now)
+			finish(&p, op, e, now)
 		}
 	case floodgate.ModeRefund:
 		var keep int64
 		for i := range b.Ops {
-			keep = max(keep, ticketLifetime(&ps[i]))
+			op := &b.Ops[i]
+			p := toAlgo(&op.Params)
+			keep = max(keep, ticketLifetime(&p))
 			if idx[i] < 0 {
 				continue // the key is gone: its window has passed
 			}
-			op, st := &b.Ops[i], state(i)
-			algo.Normalize(&ps[i], st, now)
-			algo.Give(&ps[i], st, now, b.Cost, op.Stamp, b.Ticket)
-			s.finish(&ps[i], op, i, shardOf, idx, now)
+			e := entry(i)
+			algo.Normalize(&p, &e.st, now)
+			algo.Give(&p, &e.st, now, b.Cost, op.Stamp, b.Ticket)
+			finish(&p, op, e, now)
 		}
 		ticketShard.spent[b.Ticket] = now + keep
 	case floodgate.ModeReset:
@@ -304,12 +315,17 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 	}
 }
 
-// finish fills op's remaining and reset and records when its key expires.
-func (s *Store) finish(p *algo.Params, op *floodgate.Op, i int, shardOf []int, idx []int32, now int64) {
-	e := &s.shards[shardOf[i]].entries[idx[i]]
+// finish fills op's remaining and reset and records when e's key expires.
+func finish(p *algo.Params, op *floodgate.Op, e *entry, now int64) {
 	rem, reset := algo.Status(p, &e.st, now)
 	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
-	e.exp = algo.Expiry(p, &e.st, now)
+	if p.Kind == algo.FixedWindow {
+		e.exp = algo.Expiry(p, &e.st, now)
+	} else {
+		// algo.Expiry is now+reset for every other kind; Status has just
+		// computed reset, so skip computing it twice.
+		e.exp = now + reset
+	}
 }
 
 // ticketLifetime is how long a refunded ticket must be remembered: as long
