@@ -1,0 +1,285 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+var floodEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// floodLimiter returns a limiter over store with the given rules and a
+// manual clock standing at floodEpoch.
+func floodLimiter(t testing.TB, store *memory.Store, rules ...floodgate.Rule) (*floodgate.Limiter, *floodgate.ManualClock) {
+	t.Helper()
+	clock := floodgate.NewManualClock(floodEpoch)
+	l, err := floodgate.New("flood", store, rules, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock
+}
+
+// perIP is a rule keyed on the "ip" attribute.
+func perIP(alg floodgate.Algorithm, limit int64, window time.Duration) floodgate.Rule {
+	return floodgate.Rule{Name: "per-ip", Algorithm: alg, Limit: limit, Window: window, Key: []string{"ip"}}
+}
+
+func ip(s string) floodgate.Attributes { return floodgate.Attributes{"ip": s} }
+
+// TestFloodDistinctKeys sends a flood of distinct keys (as from random
+// source addresses) at a store capped at maxKeys, with a few hot keys at
+// their limit interleaved, and checks that the cap holds, the heap stays
+// bounded, and the hot keys are never forgotten.
+//
+// Without the race detector it sends 10,000,000 keys at a 100,000-key cap;
+// with it (or with -short), 500,000 at 10,000.
+func TestFloodDistinctKeys(t *testing.T) {
+	keys, maxKeys := 10_000_000, 100_000
+	if raceEnabled || testing.Short() {
+		keys, maxKeys = 500_000, 10_000
+	}
+	const (
+		hotKeys  = 16
+		hotEvery = 1000 // flood keys between two rounds of hot-key requests
+		limit    = 3
+		// bytesPerKey bounds the heap one held key may cost. A key costs
+		// one slot of its shard's entry slice (about 130 bytes: the key
+		// strings' headers, the algorithm state and flags), one slot of
+		// the shard's index map (the key and an int32, with the map's
+		// spare capacity, under 100 bytes), and its key string (16 bytes
+		// here). 1 KiB leaves room for map growth and allocator slack,
+		// yet an unbounded store would need 10-100 times the bound.
+		bytesPerKey = 1024
+	)
+	ctx := context.Background()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	store := memory.New(&memory.Options{MaxKeys: maxKeys, SweepInterval: -1})
+	defer store.Close()
+	// An hour-long window on a clock that never moves: no key expires, so
+	// only eviction can keep the store within its cap.
+	l, _ := floodLimiter(t, store, perIP(floodgate.FixedWindow, limit, time.Hour))
+
+	hot := make([]floodgate.Attributes, hotKeys)
+	for i := range hot {
+		hot[i] = ip(fmt.Sprintf("hot-%d", i))
+		for range limit {
+			if d := l.Allow(ctx, hot[i]); !d.Allowed {
+				t.Fatalf("hot key %d denied before its limit", i)
+			}
+		}
+	}
+	checkHot := func(at int) {
+		for i, a := range hot {
+			if d := l.Allow(ctx, a); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Hour {
+				t.Fatalf("after %d flood keys, hot key %d: Allowed=%v Remaining=%d RetryAfter=%v; want false, 0, 1h (its counter was evicted)",
+					at, i, d.Allowed, d.Remaining, d.RetryAfter)
+			}
+		}
+	}
+
+	attrs := ip("")
+	buf := make([]byte, 0, 32)
+	for i := range keys {
+		buf = strconv.AppendInt(append(buf[:0], "flood-"...), int64(i), 10)
+		attrs["ip"] = string(buf)
+		if d := l.Allow(ctx, attrs); !d.Allowed || d.Remaining != limit-1 {
+			t.Fatalf("flood key %d: Allowed=%v Remaining=%d, want a fresh key's true, %d", i, d.Allowed, d.Remaining, limit-1)
+		}
+		if i%hotEvery == 0 {
+			checkHot(i)
+		}
+		if i%(keys/10) == 0 {
+			if n := store.Len(); n > maxKeys {
+				t.Fatalf("after %d flood keys the store holds %d keys, over its cap of %d", i, n, maxKeys)
+			}
+		}
+	}
+	checkHot(keys)
+	if n := store.Len(); n > maxKeys || n < maxKeys/2 {
+		t.Errorf("the store holds %d keys after the flood, want at most the cap %d (and most of it in use)", n, maxKeys)
+	}
+
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d keys at a cap of %d: heap grew %.1f MB (%d bytes per held key)",
+		keys, maxKeys, float64(growth)/1e6, growth/int64(maxKeys))
+	if bound := int64(maxKeys) * bytesPerKey; growth > bound {
+		t.Errorf("heap grew by %d bytes, over the bound of %d (%d keys × %d bytes)", growth, bound, maxKeys, bytesPerKey)
+	}
+	runtime.KeepAlive(l)
+}
+
+func TestMaxKeysIsExact(t *testing.T) {
+	for _, tt := range []struct{ maxKeys, shards int }{
+		{1, 0}, {3, 0}, {100, 0}, {1000, 7}, {1500, 64}, {5, 64},
+	} {
+		t.Run(fmt.Sprintf("%d keys %d shards", tt.maxKeys, tt.shards), func(t *testing.T) {
+			store := memory.New(&memory.Options{MaxKeys: tt.maxKeys, Shards: tt.shards, SweepInterval: -1})
+			defer store.Close()
+			l, _ := floodLimiter(t, store, perIP(floodgate.FixedWindow, 1, time.Hour))
+			for i := range 20 * tt.maxKeys {
+				l.Allow(context.Background(), ip(strconv.Itoa(i)))
+			}
+			if n := store.Len(); n != tt.maxKeys {
+				t.Errorf("Len() = %d after %d distinct keys, want the cap %d", n, 20*tt.maxKeys, tt.maxKeys)
+			}
+		})
+	}
+}
+
+func TestUnknownKeysThatChargeNothingAreNotStored(t *testing.T) {
+	store := memory.New(&memory.Options{SweepInterval: -1})
+	defer store.Close()
+	l, _ := floodLimiter(t, store, perIP(floodgate.FixedWindow, 5, time.Minute))
+	ctx := context.Background()
+	for i := range 1000 {
+		if _, err := l.AllowN(ctx, ip(strconv.Itoa(i)), 0); err != nil {
+			t.Fatal(err)
+		}
+		if d, _ := l.AllowN(ctx, ip(strconv.Itoa(i)), 6); !d.Never {
+			t.Fatalf("cost 6 of 5: Never=%v, want true", d.Never)
+		}
+	}
+	if n := store.Len(); n != 0 {
+		t.Errorf("peeks and impossible costs at unknown keys left %d keys, want 0", n)
+	}
+}
+
+func TestSweeperReclaimsExpiredKeys(t *testing.T) {
+	// One shard, so that one request at a later time moves the sweeper's
+	// notion of now for every key (each shard sweeps by the latest time it
+	// has seen).
+	store := memory.New(&memory.Options{Shards: 1, SweepInterval: 2 * time.Millisecond})
+	defer store.Close()
+	l, clock := floodLimiter(t, store, perIP(floodgate.FixedWindow, 5, time.Second))
+	ctx := context.Background()
+	for i := range 100 {
+		l.Allow(ctx, ip(strconv.Itoa(i)))
+	}
+	if n := store.Len(); n != 100 {
+		t.Fatalf("Len() = %d, want 100", n)
+	}
+	clock.Advance(time.Second)
+	l.Allow(ctx, ip("late")) // the only key whose window is still open
+	deadline := time.Now().Add(5 * time.Second)
+	for store.Len() != 1 && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := store.Len(); n != 1 {
+		t.Fatalf("Len() = %d after the windows closed, want 1 (the sweeper did not reclaim the expired keys)", n)
+	}
+	if d := l.Allow(ctx, ip("late")); d.Remaining != 3 {
+		t.Errorf("the live key lost its count: Remaining = %d, want 3", d.Remaining)
+	}
+	if d := l.Allow(ctx, ip("0")); d.Remaining != 4 {
+		t.Errorf("a reclaimed key came back with Remaining = %d, want a fresh 4", d.Remaining)
+	}
+}
+
+func TestCloseStopsTheSweeper(t *testing.T) {
+	before := sweepers()
+	store := memory.New(&memory.Options{SweepInterval: time.Millisecond})
+	if got := sweepers(); got != before+1 {
+		t.Fatalf("%d sweeper goroutines after New, want %d", got, before+1)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	// Close waits for the sweeper to signal it is done; its goroutine may
+	// take a moment more to exit.
+	deadline := time.Now().Add(5 * time.Second)
+	for sweepers() != before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := sweepers(); got != before {
+		t.Errorf("%d sweeper goroutines after Close, want %d", got, before)
+	}
+	// A closed store keeps answering.
+	l, _ := floodLimiter(t, store, perIP(floodgate.TokenBucket, 1, time.Minute))
+	if d := l.Allow(context.Background(), ip("a")); !d.Allowed {
+		t.Error("a closed store denied a fresh key")
+	}
+	// With the sweeper disabled there is nothing to stop.
+	quiet := memory.New(&memory.Options{SweepInterval: -1})
+	if got := sweepers(); got != before {
+		t.Errorf("a store without a sweeper started one (%d, want %d)", got, before)
+	}
+	quiet.Close()
+}
+
+// sweepers counts the goroutines running a memory store's sweeper.
+func sweepers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "memory.(*Store).sweeper(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+func TestRefundOfAnEvictedKey(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA, floodgate.Concurrency} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const maxKeys = 64
+			store := memory.New(&memory.Options{MaxKeys: maxKeys, Shards: 1, SweepInterval: -1})
+			defer store.Close()
+			rule := perIP(alg, 5, time.Hour)
+			if alg == floodgate.FixedWindow {
+				rule.Align = floodgate.AlignClock // a recreated key shares the evicted key's window
+			}
+			l, _ := floodLimiter(t, store, rule)
+			taken, _ := l.AllowN(ctx, ip("victim"), 3)
+			tk := taken.Ticket()
+			for i := range 10 * maxKeys {
+				l.Allow(ctx, ip(strconv.Itoa(i)))
+			}
+			if d := l.Allow(ctx, ip("victim")); d.Remaining != 4 {
+				t.Fatalf("victim was not evicted (Remaining = %d, want a fresh key's 4)", d.Remaining)
+			}
+			if err := l.Refund(ctx, tk); err != nil {
+				t.Errorf("refund of an evicted key's ticket = %v, want nil", err)
+			}
+			// The refund cannot give back more than the recreated key holds.
+			if d, _ := l.AllowN(ctx, ip("victim"), 0); d.Remaining > 5 {
+				t.Errorf("after the refund Remaining = %d, over the limit 5", d.Remaining)
+			}
+			if n := store.Len(); n > maxKeys {
+				t.Errorf("Len() = %d, over the cap %d", n, maxKeys)
+			}
+		})
+	}
+	t.Run("key gone entirely", func(t *testing.T) {
+		store := memory.New(&memory.Options{MaxKeys: 8, Shards: 1, SweepInterval: -1})
+		defer store.Close()
+		l, _ := floodLimiter(t, store, perIP(floodgate.FixedWindow, 5, time.Hour))
+		taken := l.Allow(ctx, ip("victim"))
+		for i := range 80 {
+			l.Allow(ctx, ip(strconv.Itoa(i)))
+		}
+		n := store.Len()
+		if err := l.Refund(ctx, taken.Ticket()); err != nil {
+			t.Errorf("refund = %v, want nil", err)
+		}
+		if got := store.Len(); got != n {
+			t.Errorf("a refund of an absent key changed Len() from %d to %d", n, got)
+		}
+	})
+}
