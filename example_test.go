@@ -1,0 +1,224 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+// The examples run on a manual clock so that their output is exact; a real
+// limiter leaves Options.Clock nil and reads the system clock.
+var exampleStart = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+
+// Three requests a minute per user.
+func Example() {
+	store := memory.New(nil)
+	defer store.Close()
+	clock := floodgate.NewManualClock(exampleStart)
+	limiter, err := floodgate.New("api", store, []floodgate.Rule{{
+		Name:      "per-user",
+		Algorithm: floodgate.FixedWindow,
+		Limit:     3,
+		Window:    time.Minute,
+		Key:       []string{"user"},
+	}}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	alice := floodgate.Attributes{"user": "alice"}
+	for range 4 {
+		d := limiter.Allow(ctx, alice)
+		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+		clock.Advance(10 * time.Second)
+	}
+	// Bob has his own three.
+	d := limiter.Allow(ctx, floodgate.Attributes{"user": "bob"})
+	fmt.Printf("bob: allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
+	// Output:
+	// allowed=true remaining=2 retry-after=0s
+	// allowed=true remaining=1 retry-after=0s
+	// allowed=true remaining=0 retry-after=0s
+	// allowed=false remaining=0 retry-after=30s
+	// bob: allowed=true remaining=2
+}
+
+// Rules are ANDed, and a denied request charges no rule: here the tenant's
+// limit stops a request that the user's limit would admit, and the user's
+// count does not move.
+func Example_multipleRules() {
+	store := memory.New(nil)
+	defer store.Close()
+	limiter, err := floodgate.New("api", store, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.TokenBucket, Limit: 2, Window: time.Second, Key: []string{"user"}},
+		{Name: "per-tenant", Algorithm: floodgate.SlidingWindow, Limit: 3, Window: time.Minute, Key: []string{"tenant"}},
+		{Name: "global", Algorithm: floodgate.GCRA, Limit: 1000, Window: time.Second},
+	}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	for _, u := range []string{"ann", "ann", "bea", "bea"} {
+		d := limiter.Allow(ctx, floodgate.Attributes{"user": u, "tenant": "acme"})
+		fmt.Printf("%s: allowed=%v binding=%s", u, d.Allowed, d.Rule)
+		for _, r := range d.Rules() {
+			fmt.Printf(" %s=%d", r.Name, r.Remaining)
+		}
+		fmt.Println()
+	}
+	// Output:
+	// ann: allowed=true binding=per-user per-user=1 per-tenant=2 global=999
+	// ann: allowed=true binding=per-user per-user=0 per-tenant=1 global=998
+	// bea: allowed=true binding=per-tenant per-user=1 per-tenant=0 global=997
+	// bea: allowed=false binding=per-tenant per-user=1 per-tenant=0 global=997
+}
+
+// A cost counts several units at once; a cost of 0 peeks without charging;
+// Record adds usage known only after the work is done, even past the limit.
+func ExampleLimiter_AllowN() {
+	store := memory.New(nil)
+	defer store.Close()
+	limiter, err := floodgate.New("llm", store, []floodgate.Rule{{
+		Name:      "tokens-per-minute",
+		Algorithm: floodgate.TokenBucket,
+		Limit:     6000, // refilled at 100 tokens a second
+		Window:    time.Minute,
+		Key:       []string{"team"},
+	}}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	team := floodgate.Attributes{"team": "search"}
+	// Reserve the prompt's tokens before the call.
+	d, _ := limiter.AllowN(ctx, team, 2500)
+	fmt.Printf("prompt: allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
+	// Peek: would one more unit pass? Nothing is charged.
+	d, _ = limiter.AllowN(ctx, team, 0)
+	fmt.Printf("peek: allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
+	// The completion turned out long: record it after the fact.
+	d, _ = limiter.Record(ctx, team, 4000)
+	fmt.Printf("record: allowed=%v retry-after=%v\n", d.Allowed, d.RetryAfter)
+	// A cost no bucket of 6000 can ever hold is refused for good.
+	d, _ = limiter.AllowN(ctx, team, 7000)
+	fmt.Printf("huge: allowed=%v never=%v retry-after=%v\n", d.Allowed, d.Never, d.RetryAfter)
+	// Output:
+	// prompt: allowed=true remaining=3500
+	// peek: allowed=true remaining=3500
+	// record: allowed=false retry-after=5.01s
+	// huge: allowed=false never=true retry-after=0s
+}
+
+// A login limit that counts only failed attempts: every attempt is
+// admitted against the limit first, and a successful login refunds its
+// ticket.
+func ExampleLimiter_Refund() {
+	store := memory.New(nil)
+	defer store.Close()
+	limiter, err := floodgate.New("login", store, []floodgate.Rule{{
+		Name:      "failures",
+		Algorithm: floodgate.FixedWindow,
+		Limit:     3,
+		Window:    15 * time.Minute,
+		Key:       []string{"account"},
+	}}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart), FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	account := floodgate.Attributes{"account": "ann@example.com"}
+	for _, passwordOK := range []bool{false, true, true, false} {
+		d := limiter.Allow(ctx, account)
+		if !d.Allowed {
+			fmt.Println("locked out")
+			continue
+		}
+		if passwordOK {
+			_ = limiter.Refund(ctx, d.Ticket()) // a refund never fails the caller
+		}
+		d, _ = limiter.AllowN(ctx, account, 0)
+		fmt.Printf("password ok=%v, failures left: %d\n", passwordOK, d.Remaining)
+	}
+	// Output:
+	// password ok=false, failures left: 2
+	// password ok=true, failures left: 2
+	// password ok=true, failures left: 2
+	// password ok=false, failures left: 1
+}
+
+// A shadow rule runs dark: it counts and reports what it would have
+// decided, but never denies.
+func ExampleRule_shadow() {
+	store := memory.New(nil)
+	defer store.Close()
+	limiter, err := floodgate.New("api", store, []floodgate.Rule{
+		{Name: "current", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}},
+		{Name: "proposed", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}, Shadow: true},
+	}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	for range 3 {
+		d := limiter.Allow(ctx, floodgate.Attributes{"user": "ann"})
+		proposed := d.Rules()[1]
+		fmt.Printf("allowed=%v shadow-denied=%v proposed: allowed=%v shadow=%v\n",
+			d.Allowed, d.ShadowDenied, proposed.Allowed, proposed.Shadow)
+	}
+	// Output:
+	// allowed=true shadow-denied=false proposed: allowed=true shadow=true
+	// allowed=true shadow-denied=false proposed: allowed=true shadow=true
+	// allowed=true shadow-denied=true proposed: allowed=false shadow=true
+}
+
+// unreachableStore stands for a remote store that is down.
+type unreachableStore struct{}
+
+func (unreachableStore) Apply(context.Context, *floodgate.Batch) error {
+	return errors.New("dial tcp 10.0.0.7:6379: connection refused")
+}
+
+// When the store cannot answer, the failure policy decides: open admits,
+// closed denies, and either way the decision says the store was the reason.
+// After repeated failures the circuit breaker answers at once.
+func ExampleFailurePolicy() {
+	ctx := context.Background()
+	for _, policy := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed} {
+		limiter, err := floodgate.New("api", unreachableStore{}, []floodgate.Rule{
+			{Name: "per-user", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, Key: []string{"user"}},
+		}, &floodgate.Options{
+			Clock:         floodgate.NewManualClock(exampleStart),
+			FailurePolicy: policy,
+			Timeout:       20 * time.Millisecond,
+			Breaker:       floodgate.BreakerOptions{Failures: 2, Cooldown: 5 * time.Second},
+			Logger:        slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			panic(err)
+		}
+		for range 3 {
+			d := limiter.Allow(ctx, floodgate.Attributes{"user": "ann"})
+			fmt.Printf("%s: allowed=%v reason=%s retry-after=%v err=%v\n", policy, d.Allowed, d.Reason, d.RetryAfter, d.Err)
+		}
+		fmt.Println("breaker:", limiter.Breaker())
+	}
+	// Output:
+	// open: allowed=true reason=store retry-after=0s err=dial tcp 10.0.0.7:6379: connection refused
+	// open: allowed=true reason=store retry-after=0s err=dial tcp 10.0.0.7:6379: connection refused
+	// open: allowed=true reason=store retry-after=0s err=floodgate: store circuit breaker open
+	// breaker: open
+	// closed: allowed=false reason=store retry-after=1s err=dial tcp 10.0.0.7:6379: connection refused
+	// closed: allowed=false reason=store retry-after=5s err=dial tcp 10.0.0.7:6379: connection refused
+	// closed: allowed=false reason=store retry-after=5s err=floodgate: store circuit breaker open
+	// breaker: open
+}
