@@ -45,9 +45,9 @@ func (p *progress) loop() {
 	for {
 		select {
 		case now := <-t.C:
-			p.line(now)
+			p.line(now, false)
 		case <-p.stopc:
-			p.line(time.Now())
+			p.line(time.Now(), true)
 			if p.tty {
 				io.WriteString(p.w, "\n")
 			}
@@ -62,24 +62,31 @@ func (p *progress) stop() {
 	<-p.done
 }
 
-// line writes one progress line for the time now.
-func (p *progress) line(now time.Time) {
+// line writes one progress line for the time now: the rate since the last
+// line, or the phase's mean rate on the final line.
+func (p *progress) line(now time.Time, final bool) {
 	r := p.r
-	rec, label := r.main, formatDuration(now.Sub(r.measure).Round(time.Millisecond))
-	if now.Before(r.measure) {
-		rec, label = r.warm, "warm-up "+formatDuration(now.Sub(r.start).Round(time.Millisecond))
+	rec, from, label := r.main, r.measure, ""
+	// A tick that lands just after the warm-up ends still reports on the
+	// warm-up rather than on a measured part that has barely begun.
+	if now.Before(r.measure.Add(r.cfg.ProgressInterval/4)) && r.cfg.Warmup > 0 {
+		rec, from, label = r.warm, r.start, "warm-up "
 	}
 	if rec != p.lastRec {
-		p.lastRec, p.lastN, p.lastT = rec, 0, now
-		if rec == r.main {
-			p.lastT = r.measure
-		}
+		p.lastRec, p.lastN, p.lastT = rec, 0, from
 	}
+	elapsed := max(now.Sub(from), 0)
+	label += formatDuration(elapsed.Round(time.Millisecond))
 	allowed, denied, errs := rec.counts()
 	n := allowed + denied + errs
+	since, base := p.lastT, p.lastN
+	if final {
+		since, base = from, 0
+		label = "done " + label
+	}
 	var rate float64
-	if dt := now.Sub(p.lastT); dt > 0 {
-		rate = float64(n-p.lastN) / dt.Seconds()
+	if dt := now.Sub(since); dt > 0 {
+		rate = float64(n-base) / dt.Seconds()
 	}
 	p.lastN, p.lastT = n, now
 	p.scratch.reset()

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# compare.sh — floodgate's decision service against Envoy's reference
+# rate-limit service (github.com/envoyproxy/ratelimit), side by side in one
+# run, on the same Redis, with the same load over the same gRPC API
+# (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit).
+#
+#   bench/service/compare.sh                      # 10s each, 64 workers
+#   DURATION=30s CONCURRENCY=128 bench/service/compare.sh
+#   RATE=5000 bench/service/compare.sh            # open model at 5000 req/s
+#
+# It starts a throwaway redis-server on a free loopback port, builds the
+# reference service from the Go module proxy (cached between runs), starts it
+# and `floodgate serve` on that Redis with the same limits (envoy.yaml here,
+# in the reference service's own format, loaded by both), drives each in turn
+# with the load generator, and prints a table. Every process it starts is
+# stopped on exit, and each is also capped by `timeout`.
+#
+# Settings (environment variables, defaults in brackets):
+#   DURATION [10s] WARMUP [2s]   measured time and warm-up per service
+#   CONCURRENCY [64]             workers (closed model), or the in-flight cap with RATE
+#   RATE [0]                     requests/s for the open model; 0 = closed model
+#   KEYS [1000] DIST [uniform]   key cardinality and distribution
+#   CONNS [2]                    gRPC connections from the load generator
+#   RATELIMIT_VERSION            the reference service's module version
+#   CACHE_DIR [~/.cache/floodgate-bench]   where its binary is kept
+#   FG_STORE [redis]             floodgate's store: redis, or memory when
+#                                store/redis is absent (the row says which)
+set -euo pipefail
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONCURRENCY=${CONCURRENCY:-64}
+RATE=${RATE:-0}
+KEYS=${KEYS:-1000}
+DIST=${DIST:-uniform}
+CONNS=${CONNS:-2}
+RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
+RATELIMIT_PKG=github.com/envoyproxy/ratelimit/src/service_cmd
+CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate-bench}
+# Hard cap on every process this script starts, in seconds.
+MAX_LIFE=${MAX_LIFE:-900}
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fg-compare.XXXXXX")
+pids=()
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${pids[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# free_port prints a loopback TCP port nobody listens on.
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+	echo "no free port found" >&2
+	return 1
+}
+
+# wait_port waits up to $2 seconds for 127.0.0.1:$1 to accept connections.
+wait_port() {
+	local deadline=$((SECONDS + $2))
+	while ((SECONDS < deadline)); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
+# field prints the number after "$2": in the JSON object $1.
+field() { grep -o "\"$2\":[-0-9.e+]*" <<<"$1" | head -1 | cut -d: -f2; }
+
+# --- the load generator ---------------------------------------------------
+log "building the load generator"
+go build -o "$work/fgload" ./loadgen/internal/fgload
+
+# --- Redis ----------------------------------------------------------------
+redis_port=$(free_port)
+log "starting redis-server on 127.0.0.1:$redis_port"
+timeout "$MAX_LIFE" redis-server --bind 127.0.0.1 --port "$redis_port" \
+	--save '' --appendonly no --maxmemory-policy noeviction \
+	>"$work/redis.log" 2>&1 &
+pids+=($!)
+wait_port "$redis_port" 10 || { echo "redis-server did not start:"; cat "$work/redis.log"; exit 1; } >&2
+
+# --- the limits, in the reference service's format ------------------------
+mkdir -p "$work/runtime/ratelimit/config" "$work/envoy"
+cp "$here/envoy.yaml" "$work/runtime/ratelimit/config/config.yaml"
+cp "$here/envoy.yaml" "$work/envoy/bench.yaml"
+
+# --- Envoy's reference service --------------------------------------------
+ref_bin="$CACHE_DIR/ratelimit-$RATELIMIT_VERSION"
+ref_note=""
+if [[ ! -x $ref_bin ]]; then
+	log "building $RATELIMIT_PKG@$RATELIMIT_VERSION from the module proxy (once; cached in $CACHE_DIR)"
+	mkdir -p "$CACHE_DIR/bin"
+	if GOBIN="$CACHE_DIR/bin" GOFLAGS=-mod=mod timeout 900 \
+		go install "$RATELIMIT_PKG@$RATELIMIT_VERSION" >"$work/ref-build.log" 2>&1; then
+		mv "$CACHE_DIR/bin/service_cmd" "$ref_bin"
+	else
+		ref_note="the reference service could not be built: $(tail -3 "$work/ref-build.log" | tr '\n' ' ')"
+		log "$ref_note"
+	fi
+fi
+ref_port=""
+if [[ -x $ref_bin ]]; then
+	ref_port=$(free_port)
+	log "starting the reference service on 127.0.0.1:$ref_port (gRPC)"
+	env USE_STATSD=false LOG_LEVEL=error \
+		HOST=127.0.0.1 PORT="$(free_port)" \
+		GRPC_HOST=127.0.0.1 GRPC_PORT="$ref_port" \
+		DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)" \
+		REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
+		RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit \
+		RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
+		timeout "$MAX_LIFE" "$ref_bin" >"$work/ref.log" 2>&1 &
+	pids+=($!)
+	if ! wait_port "$ref_port" 30; then
+		ref_note="the reference service did not start: $(tail -3 "$work/ref.log" | tr '\n' ' ')"
+		log "$ref_note"
+		ref_port=""
+	fi
+fi
+
+# --- floodgate --------------------------------------------------------------
+fg_store=${FG_STORE:-redis}
+if [[ $fg_store == redis && ! -d store/redis ]]; then
+	log "store/redis does not exist yet: floodgate runs on its memory store"
+	fg_store=memory
+fi
+if [[ $fg_store == redis ]]; then
+	store_yaml="  redis: {url: \"redis://127.0.0.1:$redis_port/0\", key_prefix: \"fg:\"}"
+else
+	store_yaml="  memory: {max_keys: 1000000}"
+fi
+cat >"$work/floodgate.yaml" <<EOF
+store:
+$store_yaml
+failure_policy: open
+limiters:
+  - name: api
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 100, window: 1s}
+EOF
+fg_port=""
+fg_note=""
+if go build -o "$work/floodgate" ./cmd/floodgate >"$work/fg-build.log" 2>&1; then
+	fg_port=$(free_port)
+	log "starting floodgate serve on 127.0.0.1:$fg_port (gRPC), $fg_store store"
+	timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
+		--http "127.0.0.1:$(free_port)" --grpc "127.0.0.1:$fg_port" \
+		--envoy-config-dir "$work/envoy" >"$work/fg.log" 2>&1 &
+	pids+=($!)
+	if ! wait_port "$fg_port" 30; then
+		fg_note="floodgate serve did not start: $(tail -3 "$work/fg.log" | tr '\n' ' ')"
+		log "$fg_note"
+		fg_port=""
+	fi
+else
+	fg_note="floodgate could not be built: $(tail -3 "$work/fg-build.log" | tr '\n' ' ')"
+	log "$fg_note"
+fi
+
+# --- the runs ---------------------------------------------------------------
+# drive NAME PORT runs the load generator against one service, printing its
+# JSON summary to $work/NAME.json.
+drive() {
+	redis-cli -p "$redis_port" flushall >/dev/null
+	log "load: $1 on 127.0.0.1:$2 for $WARMUP + $DURATION"
+	"$work/fgload" -target grpc -addr "127.0.0.1:$2" -domain bench -attribute user \
+		-keys "$KEYS" -dist "$DIST" -rate "$RATE" -concurrency "$CONCURRENCY" \
+		-conns "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -json \
+		>"$work/$1.json"
+}
+[[ -n $ref_port ]] && drive reference "$ref_port"
+[[ -n $fg_port ]] && drive floodgate "$fg_port"
+
+# --- the table ----------------------------------------------------------------
+echo
+echo "# Service comparison over gRPC ShouldRateLimit, $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'),"\
+	"$(go env GOVERSION), $(redis-server --version | awk '{print $3}')"
+if ((RATE > 0)); then model="open model, $RATE req/s offered, ≤$CONCURRENCY in flight"; else model="closed model, $CONCURRENCY workers"; fi
+echo "load: $model, $CONNS gRPC conns, $KEYS $DIST keys, $WARMUP warm-up + $DURATION; one Redis, services run one after the other"
+echo
+printf '| %-34s | %12s | %9s | %9s | %9s | %8s | %8s |\n' service "req/s" "p50 µs" "p99 µs" "max µs" denied errors
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..14})" \
+	"$(printf -- '-%.0s' {1..11})" "$(printf -- '-%.0s' {1..11})" "$(printf -- '-%.0s' {1..11})" \
+	"$(printf -- '-%.0s' {1..10})" "$(printf -- '-%.0s' {1..10})"
+row() {
+	local j
+	j=$(cat "$work/$2.json")
+	printf '| %-34s | %12.0f | %9.0f | %9.0f | %9.0f | %8s | %8s |\n' "$1" \
+		"$(field "$j" throughput)" "$(field "$j" p50)" "$(field "$j" p99)" "$(field "$j" max)" \
+		"$(field "$j" denied)" "$(field "$j" errors)"
+}
+[[ -n $ref_port ]] && row "envoyproxy/ratelimit (redis)" reference
+[[ -n $fg_port ]] && row "floodgate ($fg_store store)" floodgate
+echo
+if [[ -n $ref_port && -n $fg_port ]]; then
+	rj=$(cat "$work/reference.json")
+	fj=$(cat "$work/floodgate.json")
+	awk -v ft="$(field "$fj" throughput)" -v rt="$(field "$rj" throughput)" \
+		-v fp="$(field "$fj" p99)" -v rp="$(field "$rj" p99)" -v st="$fg_store" 'BEGIN {
+		printf "floodgate / reference: throughput %.2fx, p99 %.2fx", ft / rt, fp / rp
+		if (st != "redis") printf "  (floodgate on its %s store: not a like-for-like comparison)", st
+		printf "\n"
+	}'
+fi
+[[ -n $ref_note ]] && echo "note: $ref_note"
+[[ -n $fg_note ]] && echo "note: $fg_note"
+for s in reference floodgate; do
+	if [[ -f $work/$s.json ]] && grep -q '"error_kinds"' "$work/$s.json"; then
+		echo "errors from $s: $(grep -o '"error_kinds":\[[^]]*\]' "$work/$s.json")"
+	fi
+done
+exit 0
