@@ -3,6 +3,8 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,5 +160,45 @@ func TestBreakerStateNames(t *testing.T) {
 		if got := s.String(); got != want {
 			t.Errorf("BreakerState(%d).String() = %q, want %q", s, got, want)
 		}
+	}
+}
+
+func TestBreakerLetsOneProbeThrough(t *testing.T) {
+	const cooldown = time.Second
+	store := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, store, floodgate.Options{
+		Timeout: 50 * time.Millisecond,
+		Breaker: floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
+	})
+	l.Allow(context.Background(), user("alice"))
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v, want open", got)
+	}
+	// The store now hangs, so the probe is in flight while the others ask.
+	store.set(hanging)
+	clock.Advance(cooldown)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var breakerAnswers atomic.Int64
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if d := l.Allow(context.Background(), user("alice")); errors.Is(d.Err, floodgate.ErrBreakerOpen) {
+				breakerAnswers.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := store.calls.Load(); got != 2 {
+		t.Errorf("store called %d times, want 2 (the first failure and one probe)", got)
+	}
+	if got := breakerAnswers.Load(); got != 31 {
+		t.Errorf("%d decisions answered by the breaker, want 31", got)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Errorf("breaker %v after the probe timed out, want open", got)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,4 +243,81 @@ func FuzzTicketUnmarshal(f *testing.F) {
 			t.Fatalf("decoded %+v, which round-trips to %+v", tk, again)
 		}
 	})
+}
+
+func TestConcurrentRefundsOfOneTicketApplyOnce(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			l, _ := memLimiter(t, []floodgate.Rule{
+				{Name: "r", Algorithm: alg, Limit: 10, Window: time.Hour, Key: []string{"user"}},
+			}, nil)
+			d, _ := l.AllowN(ctx, user("a"), 4)
+			l.AllowN(ctx, user("a"), 4)
+			tk := d.Ticket()
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					if err := l.Refund(ctx, tk); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if got := peek(t, l, user("a")).Remaining; got != 6 {
+				t.Errorf("after 64 concurrent refunds of one 4-unit ticket: Remaining = %d, want 2 + 4 = 6", got)
+			}
+		})
+	}
+}
+
+// TestConcurrencyLeasesUnderContention has goroutines take and release
+// leases in a loop and checks that the holders never outnumber the limit.
+func TestConcurrencyLeasesUnderContention(t *testing.T) {
+	const limit, goroutines, rounds = 4, 32, 50
+	ctx := context.Background()
+	l, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: limit, Window: time.Hour, Key: []string{"user"}},
+	}, nil)
+	var holders, maxHolders, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				d := l.Allow(ctx, user("a"))
+				if !d.Allowed {
+					continue
+				}
+				admitted.Add(1)
+				n := holders.Add(1)
+				for {
+					m := maxHolders.Load()
+					if n <= m || maxHolders.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				holders.Add(-1) // stop holding before the lease is released
+				if err := l.Refund(ctx, d.Ticket()); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := maxHolders.Load(); m > limit {
+		t.Errorf("%d leases held at once, over the limit of %d", m, limit)
+	}
+	if admitted.Load() < limit {
+		t.Errorf("only %d leases were ever granted", admitted.Load())
+	}
+	if got := peek(t, l, user("a")).Remaining; got != limit {
+		t.Errorf("after every lease was released Remaining = %d, want %d", got, limit)
+	}
 }
