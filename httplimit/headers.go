@@ -1,0 +1,181 @@
+package httplimit
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Response header names.
+const (
+	// HeaderRateLimitPolicy lists the quota policies applied to the request,
+	// one structured-field item per rule: "per-user";q=20;w=1
+	// (draft-ietf-httpapi-ratelimit-headers-11).
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	// HeaderRateLimit lists what is left of each policy:
+	// "per-user";r=7;t=1.
+	HeaderRateLimit = "RateLimit"
+	// HeaderRetryAfter is the whole number of seconds, at least 1, after
+	// which the denied request would be admitted.
+	HeaderRetryAfter = "Retry-After"
+	// HeaderLimit, HeaderRemaining and HeaderReset are the legacy headers
+	// (Options.LegacyHeaders) for the binding rule; HeaderReset is in Unix
+	// epoch seconds.
+	HeaderLimit     = "X-RateLimit-Limit"
+	HeaderRemaining = "X-RateLimit-Remaining"
+	HeaderReset     = "X-RateLimit-Reset"
+)
+
+// ProblemQuotaExceeded is the RFC 9457 problem type of denied requests,
+// registered by the RateLimit headers draft. The body's "violated-policies"
+// member names the rules that denied.
+const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// policy is what the headers say about one rule that does not change per
+// request.
+type policy struct {
+	window int64  // w, in seconds; 0 omits it
+	unit   string // qu; "" is the default ("requests")
+}
+
+func policyOf(r floodgate.Rule) policy {
+	switch {
+	case r.Algorithm == floodgate.Concurrency:
+		return policy{unit: "concurrent-requests"}
+	case r.Algorithm == floodgate.FixedWindow && r.Align == floodgate.AlignDay:
+		return policy{window: 86400}
+	case r.Algorithm == floodgate.FixedWindow && r.Align == floodgate.AlignMonth:
+		return policy{} // months differ in length: no fixed window to state
+	}
+	return policy{window: ceilSeconds(r.Window)}
+}
+
+// ceilSeconds rounds d up to whole seconds, at least 1.
+func ceilSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// ceilSecondsOrZero rounds d up to whole seconds; 0 stays 0.
+func ceilSecondsOrZero(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// writeQuota adds the RateLimit-Policy and RateLimit items of every applied
+// rule of d to h, after any a middleware further out has written.
+func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
+	rules := d.Rules()
+	if len(rules) == 0 {
+		return
+	}
+	bp := bufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	for i := range rules {
+		r := &rules[i]
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendName(b, r.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, r.Limit, 10)
+		p := m.policies[r.Name]
+		if p.unit != "" {
+			b = append(b, `;qu="`...)
+			b = append(b, p.unit...)
+			b = append(b, '"')
+		}
+		if p.window > 0 {
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, p.window, 10)
+		}
+	}
+	h[HeaderRateLimitPolicy] = append(h[HeaderRateLimitPolicy], string(b))
+	b = b[:0]
+	for i := range rules {
+		r := &rules[i]
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendName(b, r.Name)
+		b = append(b, ";r="...)
+		b = strconv.AppendInt(b, max(r.Remaining, 0), 10)
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, ceilSecondsOrZero(r.ResetAfter), 10)
+	}
+	h[HeaderRateLimit] = append(h[HeaderRateLimit], string(b))
+	*bp = b
+	bufs.Put(bp)
+	if m.legacy {
+		h[HeaderLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+		h[HeaderRemaining] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
+		reset := m.clock.Now().Add(d.ResetAfter)
+		secs := reset.Unix()
+		if reset.Nanosecond() > 0 {
+			secs++
+		}
+		h[HeaderReset] = []string{strconv.FormatInt(secs, 10)}
+	}
+}
+
+// appendName appends a rule name as a structured-field String. Rule names
+// hold only letters, digits, '.', '_' and '-', so nothing needs escaping.
+func appendName(b []byte, name string) []byte {
+	b = append(b, '"')
+	b = append(b, name...)
+	return append(b, '"')
+}
+
+// writeDenied writes the default response to a request a rule denied.
+func writeDenied(w http.ResponseWriter, d *floodgate.Decision) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	b := make([]byte, 0, 256)
+	b = append(b, `{"type":"`+ProblemQuotaExceeded+`","title":"Too Many Requests","status":429,"detail":`...)
+	if d.Never {
+		b = append(b, `"the request costs more than the limit can ever admit"`...)
+	} else {
+		b = append(b, `"rate limit exceeded; retry after `...)
+		b = strconv.AppendInt(b, ceilSeconds(d.RetryAfter), 10)
+		b = append(b, ` seconds"`...)
+	}
+	b = append(b, `,"violated-policies":[`...)
+	n := 0
+	for _, r := range d.Rules() {
+		if r.Allowed || r.Shadow {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		b = appendName(b, r.Name)
+		n++
+	}
+	b = append(b, "]}\n"...)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusTooManyRequests)
+	w.Write(b)
+}
+
+// writeUnavailable writes the response to a request denied because the store
+// failed under FailClosed.
+func writeUnavailable(w http.ResponseWriter, status int) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	b := make([]byte, 0, 160)
+	b = append(b, `{"type":"about:blank","title":`...)
+	b = strconv.AppendQuote(b, http.StatusText(status))
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, `,"detail":"the rate limiter cannot decide; try again later"}`+"\n"...)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
