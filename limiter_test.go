@@ -594,3 +594,56 @@ func TestShadow(t *testing.T) {
 		}
 	})
 }
+
+func TestReset(t *testing.T) {
+	ctx := context.Background()
+	l, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour, Key: []string{"user"}},
+		{Name: "per-tenant", Algorithm: floodgate.GCRA, Limit: 2, Window: time.Hour, Key: []string{"tenant"}},
+	}, nil)
+	ann := floodgate.Attributes{"user": "ann", "tenant": "acme"}
+	bea := floodgate.Attributes{"user": "bea", "tenant": "other"}
+	for range 2 {
+		l.Allow(ctx, ann)
+		l.Allow(ctx, bea)
+	}
+	if d := l.Allow(ctx, ann); d.Allowed {
+		t.Fatal("ann admitted over her limit")
+	}
+	if err := l.Reset(ctx, ann); err != nil {
+		t.Fatal(err)
+	}
+	if d := l.Allow(ctx, ann); !d.Allowed || d.Remaining != 1 {
+		t.Errorf("after Reset: Allowed=%v Remaining=%d, want true, 1", d.Allowed, d.Remaining)
+	}
+	if d := l.Allow(ctx, bea); d.Allowed {
+		t.Error("Reset of ann also reset bea")
+	}
+	if err := l.Reset(ctx, floodgate.Attributes{}); err != nil {
+		t.Errorf("Reset with no applicable rule = %v, want nil", err)
+	}
+}
+
+func TestEnumNames(t *testing.T) {
+	for _, tt := range []struct{ got, want string }{
+		{floodgate.ReasonNone.String(), ""},
+		{floodgate.ReasonLimit.String(), "limit"},
+		{floodgate.ReasonStore.String(), "store"},
+		{floodgate.ModeConsume.String(), "consume"},
+		{floodgate.ModePeek.String(), "peek"},
+		{floodgate.ModeRecord.String(), "record"},
+		{floodgate.ModeRefund.String(), "refund"},
+		{floodgate.ModeReset.String(), "reset"},
+		{floodgate.Mode(99).String(), "mode?"},
+		{floodgate.FailOpen.String(), "open"},
+		{floodgate.FailClosed.String(), "closed"},
+		{floodgate.AlignMonth.String(), "month"},
+		{floodgate.Align(9).String(), "Align(9)"},
+		{floodgate.Concurrency.String(), "concurrency"},
+		{floodgate.SlidingWindow.String(), "sliding_window"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("String() = %q, want %q", tt.got, tt.want)
+		}
+	}
+}
