@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const checkUsage = `
+Usage: floodgate check --limiter NAME [--attr key=value]... [flags]
+
+Asks a running service for one decision (POST /v1/check) and prints it.
+Cost 0 peeks without consuming; --record posts to /v1/record instead.
+
+Exit status: 0 when admitted, 1 when denied, 2 when the service could not
+be asked (bad flags, connection refused, an error answer).
+
+Example:
+  floodgate check --limiter api --attr user=u1 --attr org=acme
+`
+
+// attrFlag collects repeated --attr key=value flags.
+type attrFlag map[string]string
+
+func (a attrFlag) String() string {
+	keys := make([]string, 0, len(a))
+	for k := range a {
+		keys = append(keys, k+"="+a[k])
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+func (a attrFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not key=value", s)
+	}
+	a[k] = v
+	return nil
+}
+
+// checkResult is the service's decision as check reads it.
+type checkResult struct {
+	Allowed      bool   `json:"allowed"`
+	Reason       string `json:"reason"`
+	Rule         string `json:"rule"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Never        bool   `json:"never"`
+	Ticket       string `json:"ticket"`
+	Rules        []struct {
+		Name         string `json:"name"`
+		Allowed      bool   `json:"allowed"`
+		Shadow       bool   `json:"shadow"`
+		Limit        int64  `json:"limit"`
+		Remaining    int64  `json:"remaining"`
+		ResetAfterMS int64  `json:"reset_after_ms"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+		Never        bool   `json:"never"`
+	} `json:"rules"`
+}
+
+func (m *Main) check(ctx context.Context, args []string) int {
+	fs := m.flagSet("check", checkUsage)
+	addr := fs.String("addr", "127.0.0.1:8080", "the service's HTTP `address` (host:port or an http:// or https:// URL)")
+	limiter := fs.String("limiter", "", "the limiter to ask (required)")
+	attrs := attrFlag{}
+	fs.Var(attrs, "attr", "a request attribute as `key=value` (repeatable)")
+	cost := fs.Int64("cost", 1, "units to ask for; 0 peeks")
+	record := fs.Bool("record", false, "record the cost as usage after the fact (POST /v1/record)")
+	asJSON := fs.Bool("json", false, "print the service's JSON answer as is")
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	insecure := fs.Bool("insecure", false, "accept any TLS certificate (testing only)")
+	if code, ok := m.parseArgs(fs, args); !ok {
+		return code
+	}
+	if *limiter == "" {
+		fmt.Fprintln(m.Stderr, "floodgate check: --limiter is required")
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(m.Stderr, "floodgate check: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	base := *addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	endpoint := strings.TrimRight(base, "/") + "/v1/check"
+	if *record {
+		endpoint = strings.TrimRight(base, "/") + "/v1/record"
+	}
+	body, _ := json.Marshal(map[string]any{"limiter": *limiter, "attributes": map[string]string(attrs), "cost": *cost})
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		fmt.Fprintf(m.Stderr, "floodgate check: %v\n", err)
+		return exitUsage
+	}
+	req.Header.Set("Content-Type", "application/json")
+	client := &http.Client{}
+	if *insecure {
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		fmt.Fprintf(m.Stderr, "floodgate check: %v\n", err)
+		return exitUsage
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		fmt.Fprintf(m.Stderr, "floodgate check: reading the answer: %v\n", err)
+		return exitUsage
+	}
+	if resp.StatusCode != http.StatusOK {
+		var p struct{ Title, Detail string }
+		if json.Unmarshal(raw, &p) == nil && p.Title != "" {
+			fmt.Fprintf(m.Stderr, "floodgate check: %d %s: %s\n", resp.StatusCode, p.Title, p.Detail)
+		} else {
+			fmt.Fprintf(m.Stderr, "floodgate check: %s: %s\n", resp.Status, bytes.TrimSpace(raw))
+		}
+		return exitUsage
+	}
+	var d checkResult
+	if err := json.Unmarshal(raw, &d); err != nil {
+		fmt.Fprintf(m.Stderr, "floodgate check: the answer is not a decision: %v\n", err)
+		return exitUsage
+	}
+	if *asJSON {
+		m.Stdout.Write(raw)
+	} else {
+		printDecision(m.Stdout, *limiter, &d)
+	}
+	if !d.Allowed {
+		return exitFail
+	}
+	return exitOK
+}
+
+func ms(n int64) string {
+	if n == 0 {
+		return "0s"
+	}
+	return (time.Duration(n) * time.Millisecond).String()
+}
+
+func printDecision(w io.Writer, limiter string, d *checkResult) {
+	verdict := "ALLOWED"
+	if !d.Allowed {
+		verdict = "DENIED"
+	}
+	if d.Reason != "" {
+		verdict += " (" + d.Reason + ")"
+	}
+	fmt.Fprintf(w, "%s  limiter %s", verdict, limiter)
+	switch {
+	case d.Never:
+		fmt.Fprint(w, ": the cost exceeds what the limit can ever admit")
+	case !d.Allowed && d.RetryAfterMS > 0:
+		fmt.Fprintf(w, ": retry in %s", ms(d.RetryAfterMS))
+	}
+	fmt.Fprintln(w)
+	if d.Rule != "" {
+		fmt.Fprintf(w, "binding rule %s: %d of %d left, full again in %s\n", d.Rule, d.Remaining, d.Limit, ms(d.ResetAfterMS))
+	}
+	if len(d.Rules) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "\nRULE\tRESULT\tLIMIT\tREMAINING\tRESET\tRETRY")
+		for _, r := range d.Rules {
+			res := "allowed"
+			if !r.Allowed {
+				res = "denied"
+			}
+			if r.Shadow {
+				res += " (shadow)"
+			}
+			retry := "-"
+			if !r.Allowed && !r.Never {
+				retry = ms(r.RetryAfterMS)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, res, r.Limit, r.Remaining, ms(r.ResetAfterMS), retry)
+		}
+		tw.Flush()
+	}
+	if d.Ticket != "" {
+		fmt.Fprintf(w, "\nticket %s\n", d.Ticket)
+	}
+}

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/server"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+const serveUsage = `
+Usage: floodgate serve [flags]
+
+Runs the decision service: the HTTP JSON API and /metrics on --http, gRPC
+(health, and Envoy's rate limit API with --envoy-config-dir) on --grpc.
+
+The configuration file is watched and reloaded when it changes, and on
+SIGHUP; a broken file is rejected and the previous configuration keeps
+serving. SIGTERM or SIGINT shuts down gracefully: the listeners stop
+accepting, requests in flight finish, the store is closed.
+
+Secrets are best passed in the environment: FLOODGATE_ADMIN_TOKEN and
+FLOODGATE_TICKET_SECRET are read when the flags are not given.
+`
+
+// serveFlags are serve's settings.
+type serveFlags struct {
+	config          string
+	httpAddr        string
+	grpcAddr        string
+	envoyDir        string
+	adminToken      string
+	ticketSecret    string
+	logFormat       string
+	logLevel        string
+	tlsCert         string
+	tlsKey          string
+	shutdownTimeout time.Duration
+	watch           bool
+}
+
+func (m *Main) serve(ctx context.Context, args []string) int {
+	var f serveFlags
+	fs := m.flagSet("serve", serveUsage)
+	fs.StringVar(&f.config, "config", "", "configuration `file` (default ./floodgate.yaml if present, else a built-in sample)")
+	fs.StringVar(&f.httpAddr, "http", server.DefaultHTTPAddr, "HTTP API listen `address` (port 0 picks a free port)")
+	fs.StringVar(&f.grpcAddr, "grpc", server.DefaultGRPCAddr, `gRPC listen `+"`address`"+` ("-" disables gRPC)`)
+	fs.StringVar(&f.envoyDir, "envoy-config-dir", "", "`directory` of Envoy rate limit service configuration files to serve over gRPC")
+	fs.StringVar(&f.adminToken, "admin-token", "", "bearer `token` for admin endpoints (default $FLOODGATE_ADMIN_TOKEN; none disables them)")
+	fs.StringVar(&f.ticketSecret, "ticket-secret", "", "`secret` that authenticates refund tickets (default $FLOODGATE_TICKET_SECRET, else random per process)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `file` for both listeners (with --tls-key)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `file` for both listeners (with --tls-cert)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	fs.BoolVar(&f.watch, "watch", true, "reload the configuration file when it changes")
+	if code, ok := m.parseArgs(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(m.Stderr, "floodgate serve: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	logger, err := newLogger(m.Stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		fmt.Fprintf(m.Stderr, "floodgate serve: %v\n", err)
+		return exitUsage
+	}
+	if err := m.runServe(ctx, f, logger); err != nil {
+		logger.Error("floodgate serve failed", "err", err)
+		var list config.ErrorList
+		if errors.As(err, &list) {
+			for _, e := range list {
+				fmt.Fprintln(m.Stderr, e)
+			}
+		}
+		return exitFail
+	}
+	return exitOK
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not text or json", format)
+}
+
+// loadConfig reads the configuration serve starts with, and returns the
+// path to watch ("" for the built-in sample).
+func loadConfig(path string, logger *slog.Logger) (*config.Config, string, error) {
+	if path == "" {
+		if _, err := os.Stat("floodgate.yaml"); err == nil {
+			path = "floodgate.yaml"
+		} else if errors.Is(err, fs.ErrNotExist) {
+			logger.Info("no --config and no ./floodgate.yaml: serving the built-in sample configuration")
+			c, err := config.Parse("built-in sample floodgate.yaml", sampleConfig)
+			return c, "", err
+		}
+	}
+	c, err := config.Load(path)
+	return c, path, err
+}
+
+func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) error {
+	c, path, err := loadConfig(f.config, logger)
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := openStore(c, logger)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	adminToken := firstNonEmpty(f.adminToken, m.Getenv("FLOODGATE_ADMIN_TOKEN"))
+	secret := firstNonEmpty(f.ticketSecret, m.Getenv("FLOODGATE_TICKET_SECRET"))
+	srv := &server.Server{
+		Config:          c,
+		ConfigPath:      path,
+		WatchConfig:     f.watch && path != "",
+		Store:           store,
+		HTTPAddr:        f.httpAddr,
+		GRPCAddr:        f.grpcAddr,
+		TLSCertFile:     f.tlsCert,
+		TLSKeyFile:      f.tlsKey,
+		AdminToken:      adminToken,
+		TicketSecret:    []byte(secret),
+		ShutdownTimeout: f.shutdownTimeout,
+		Registerer:      reg,
+		Gatherer:        reg,
+		Logger:          logger,
+	}
+	if f.envoyDir != "" {
+		register, err := envoyService(f.envoyDir, store, reg, logger)
+		if err != nil {
+			return err
+		}
+		srv.GRPCServices = append(srv.GRPCServices, register)
+	}
+	if secret == "" {
+		logger.Info("no ticket secret set: tickets refund only on this instance; set FLOODGATE_TICKET_SECRET on every instance sharing a store")
+	}
+	if adminToken == "" {
+		logger.Info("no admin token set: admin endpoints (POST /v1/reset) are disabled")
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	if err := srv.Open(); err != nil {
+		return err
+	}
+	grpcAddr := srv.GRPCAddress()
+	if grpcAddr == "" {
+		grpcAddr = "disabled"
+	}
+	logger.Info("listening", "http", srv.HTTPAddress(), "grpc", grpcAddr,
+		"config", c.File, "limiters", len(c.Limiters), "store", storeName(c), "tls", f.tlsCert != "")
+	for {
+		select {
+		case <-ctx.Done():
+			return shutdown(srv, logger, "context done")
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				if path == "" {
+					logger.Warn("SIGHUP: nothing to reload, the built-in sample configuration is serving")
+					continue
+				}
+				logger.Info("SIGHUP: reloading the configuration", "file", path)
+				srv.Reload()
+				continue
+			}
+			return shutdown(srv, logger, sig.String())
+		}
+	}
+}
+
+func shutdown(srv *server.Server, logger *slog.Logger, why string) error {
+	logger.Info("shutting down", "reason", why)
+	start := time.Now()
+	err := srv.Close()
+	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+	return err
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func storeName(c *config.Config) string {
+	if c.Store.Redis != nil {
+		return "redis"
+	}
+	return "memory"
+}
+
+// openStore builds the store the configuration names, and the function
+// that closes it.
+func openStore(c *config.Config, logger *slog.Logger) (floodgate.Store, func(), error) {
+	if r := c.Store.Redis; r != nil {
+		return openRedis(r, logger)
+	}
+	s := memory.New(&memory.Options{MaxKeys: c.Store.Memory.MaxKeys})
+	return s, func() { s.Close() }, nil
+}
+
+func openRedis(r *config.Redis, _ *slog.Logger) (floodgate.Store, func(), error) {
+	// TODO: wire store/redis once it lands.
+	return nil, nil, errors.New("store.redis: the Redis store is not available in this build yet; use store.memory")
+}
+
+// envoyService loads the Envoy rate limit configuration in dir and returns
+// the registration of Envoy's RateLimitService.
+func envoyService(dir string, _ floodgate.Store, _ prometheus.Registerer, _ *slog.Logger) (func(grpc.ServiceRegistrar), error) {
+	// TODO: wire package envoy once it lands.
+	return nil, fmt.Errorf("--envoy-config-dir %s: the Envoy API is not available in this build yet", dir)
+}

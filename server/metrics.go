@@ -1,0 +1,213 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Values of floodgate_decisions_total's result label.
+const (
+	resultAllowed      = "allowed"
+	resultDenied       = "denied"
+	resultShadowDenied = "shadow_denied"
+	resultFailOpen     = "fail_open"
+	resultFailClosed   = "fail_closed"
+)
+
+// metrics are the service's Prometheus metrics. No label ever holds a key,
+// an address or a user id: limiter and rule names come from the
+// configuration, the others from fixed sets.
+type metrics struct {
+	decisions     *prometheus.CounterVec
+	records       *prometheus.CounterVec
+	refunds       *prometheus.CounterVec
+	storeDuration *prometheus.HistogramVec
+	reloads       *prometheus.CounterVec
+	lastReload    prometheus.Gauge
+	lastReloadOK  prometheus.Gauge
+	httpRequests  *prometheus.CounterVec
+	httpDuration  *prometheus.HistogramVec
+
+	storeOK [5]prometheus.Observer // by floodgate.Mode, error "none"
+}
+
+func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_decisions_total",
+			Help: "Decisions (checks and peeks) by limiter, binding rule and result: allowed, denied, shadow_denied, fail_open or fail_closed.",
+		}, []string{"limiter", "rule", "result"}),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_records_total",
+			Help: "Usage recorded after the fact (POST /v1/record), by limiter.",
+		}, []string{"limiter"}),
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_refunds_total",
+			Help: "Ticket refunds by limiter and result: applied, failed (store error) or rejected (forged or malformed ticket; limiter is empty).",
+		}, []string{"limiter", "result"}),
+		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_store_duration_seconds",
+			Help:    "Latency of store calls by operation (consume, peek, record, refund, reset) and error (none, timeout, canceled, other).",
+			Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}, []string{"operation", "error"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_config_reloads_total",
+			Help: "Configuration reloads by result: success or failure.",
+		}, []string{"result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_success_timestamp_seconds",
+			Help: "When the configuration in use was loaded, in seconds since the Unix epoch.",
+		}),
+		lastReloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "floodgate_config_last_reload_successful",
+			Help: "1 when the last configuration load succeeded, 0 when the previous configuration is serving because it failed.",
+		}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_http_requests_total",
+			Help: "HTTP requests by endpoint and status code.",
+		}, []string{"handler", "code"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_http_request_duration_seconds",
+			Help:    "HTTP request latency by endpoint.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"handler"}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.decisions, m.records, m.refunds, m.storeDuration, m.reloads, m.lastReload,
+		m.lastReloadOK, m.httpRequests, m.httpDuration, breakerCollector{s},
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for mode := range m.storeOK {
+		m.storeOK[mode] = m.storeDuration.WithLabelValues(floodgate.Mode(mode).String(), "none")
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m, nil
+}
+
+// observe is every limiter's floodgate.Observer: one count per decision.
+func (m *metrics) observe(_ context.Context, e floodgate.Event) {
+	d := e.Decision
+	switch e.Mode {
+	case floodgate.ModeRecord:
+		m.records.WithLabelValues(e.Limiter).Inc()
+		return
+	case floodgate.ModeConsume, floodgate.ModePeek:
+	default:
+		return
+	}
+	m.decisions.WithLabelValues(e.Limiter, bindingRule(d), result(d)).Inc()
+}
+
+// result classifies a decision for floodgate_decisions_total.
+func result(d *floodgate.Decision) string {
+	switch {
+	case d.Reason == floodgate.ReasonStore && d.Allowed:
+		return resultFailOpen
+	case d.Reason == floodgate.ReasonStore:
+		return resultFailClosed
+	case !d.Allowed:
+		return resultDenied
+	case d.ShadowDenied:
+		return resultShadowDenied
+	}
+	return resultAllowed
+}
+
+// bindingRule names the rule a decision is counted under: the binding rule,
+// or for a shadow denial the first shadow rule that would have denied.
+func bindingRule(d *floodgate.Decision) string {
+	if d.Allowed && d.ShadowDenied && d.Reason == floodgate.ReasonNone {
+		for _, r := range d.Rules() {
+			if !r.Allowed && r.Shadow {
+				return r.Name
+			}
+		}
+	}
+	return d.Rule
+}
+
+func (m *metrics) reloadOK(at time.Time) {
+	m.reloads.WithLabelValues("success").Inc()
+	m.lastReload.Set(float64(at.UnixNano()) / 1e9)
+	m.lastReloadOK.Set(1)
+}
+
+func (m *metrics) reloadFailed() {
+	m.reloads.WithLabelValues("failure").Inc()
+	m.lastReloadOK.Set(0)
+}
+
+// instrument wraps a store so that every call's latency is observed.
+func (m *metrics) instrument(s floodgate.Store) floodgate.Store {
+	in, ok := s.(floodgate.InProcess)
+	return &instrumentedStore{Store: s, m: m, inProcess: ok && in.InProcess()}
+}
+
+// instrumentedStore is a floodgate.Store decorator that times every call.
+// It keeps the wrapped store's InProcess answer, so an in-memory store keeps
+// its fast path.
+type instrumentedStore struct {
+	floodgate.Store
+	m         *metrics
+	inProcess bool
+}
+
+// InProcess reports what the wrapped store reports.
+func (s *instrumentedStore) InProcess() bool { return s.inProcess }
+
+// Apply applies b on the wrapped store and observes its latency.
+func (s *instrumentedStore) Apply(ctx context.Context, b *floodgate.Batch) error {
+	start := time.Now()
+	err := s.Store.Apply(ctx, b)
+	took := time.Since(start).Seconds()
+	if err == nil && int(b.Mode) < len(s.m.storeOK) {
+		s.m.storeOK[b.Mode].Observe(took)
+		return err
+	}
+	s.m.storeDuration.WithLabelValues(b.Mode.String(), errorType(err)).Observe(took)
+	return err
+}
+
+func errorType(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "other"
+}
+
+// breakerCollector reports each current limiter's breaker state, read at
+// scrape time so that it follows reloads.
+type breakerCollector struct{ s *Server }
+
+var breakerDesc = prometheus.NewDesc("floodgate_breaker_state",
+	"State of each limiter's store circuit breaker: 0 closed, 1 open, 2 half open.",
+	[]string{"limiter"}, nil)
+
+// Describe implements prometheus.Collector.
+func (c breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- breakerDesc }
+
+// Collect implements prometheus.Collector.
+func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
+	set := c.s.limiters.Load()
+	if set == nil {
+		return
+	}
+	for _, name := range set.names {
+		st := set.byName[name].Breaker()
+		ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(st), name)
+	}
+}

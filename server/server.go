@@ -1,0 +1,376 @@
+// Package server is floodgate's decision service: the HTTP JSON API, the gRPC
+// listener (health, and Envoy's rate limit API when registered), Prometheus
+// metrics and hot reload of the configuration.
+//
+// A Server's dependencies are its exported fields. Open starts it, Reload
+// swaps in a new configuration atomically, and Close shuts it down
+// gracefully. The store is the caller's: the server never closes it.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/config"
+)
+
+// Defaults of a Server's optional fields.
+const (
+	DefaultHTTPAddr        = ":8080"
+	DefaultGRPCAddr        = ":8081"
+	DefaultMaxBodyBytes    = 64 << 10
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Server is the decision service. Set its fields, then call Open; fields
+// must not change after that.
+type Server struct {
+	// Config is the configuration served from Open on; required.
+	Config *config.Config
+	// ConfigPath, when set, is the file Reload reads.
+	ConfigPath string
+	// WatchConfig reloads ConfigPath whenever its content changes.
+	WatchConfig bool
+	// Store holds rule state; required. It is built once: a reload that
+	// changes the store section is applied except for the store, and
+	// logged.
+	Store floodgate.Store
+
+	// HTTPAddr is the HTTP API's listen address; "" means
+	// DefaultHTTPAddr. GRPCAddr is the gRPC listen address; "" means
+	// DefaultGRPCAddr, "-" disables gRPC.
+	HTTPAddr string
+	GRPCAddr string
+	// TLSCertFile and TLSKeyFile, when both set, serve both listeners over
+	// TLS.
+	TLSCertFile string
+	TLSKeyFile  string
+
+	// AdminToken guards the admin endpoints (POST /v1/reset) as a bearer
+	// token. When empty, they answer 403.
+	AdminToken string
+	// TicketSecret authenticates the tickets the API hands out. Instances
+	// that share a store must share it; nil means a random secret for this
+	// process (tickets then refund only on the instance that issued them).
+	TicketSecret []byte
+	// MaxBodyBytes caps request bodies; 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds how long Close waits for in-flight requests;
+	// 0 means DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	// Registerer receives the service's metrics and Gatherer serves
+	// /metrics; nil means a fresh registry for both.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Logger receives the service's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// GRPCServices register further services (such as Envoy's rate limit
+	// API) on the gRPC server before it starts.
+	GRPCServices []func(grpc.ServiceRegistrar)
+
+	limiters atomic.Pointer[limiterSet]
+	state    atomic.Pointer[reloadState]
+	metrics  *metrics
+	store    floodgate.Store // Store, instrumented
+	secret   []byte
+	reloadMu sync.Mutex
+
+	httpLn, grpcLn net.Listener
+	httpSrv        *http.Server
+	grpcSrv        *grpc.Server
+	health         *health.Server
+	done           chan struct{}
+	wg             sync.WaitGroup
+	closeOnce      sync.Once
+	closeErr       error
+	watcher        *watcher
+}
+
+// limiterSet is one configuration's limiters, swapped as a whole.
+type limiterSet struct {
+	config *config.Config
+	byName map[string]*floodgate.Limiter
+	names  []string // sorted
+}
+
+// reloadState is what /readyz reports about the configuration.
+type reloadState struct {
+	loadedAt time.Time
+	err      error // the last reload's error; nil after a success
+	failedAt time.Time
+}
+
+// Open validates the fields, builds the limiters and starts listening. It
+// returns once both listeners accept connections.
+func (s *Server) Open() error {
+	if s.Config == nil {
+		return errors.New("server: Config is required")
+	}
+	if s.Store == nil {
+		return errors.New("server: Store is required")
+	}
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.MaxBodyBytes <= 0 {
+		s.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if s.ShutdownTimeout <= 0 {
+		s.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if s.Registerer == nil && s.Gatherer == nil {
+		r := prometheus.NewRegistry()
+		s.Registerer, s.Gatherer = r, r
+	}
+	s.secret = s.TicketSecret
+	if len(s.secret) == 0 {
+		s.secret = make([]byte, 32)
+		if _, err := rand.Read(s.secret); err != nil {
+			return fmt.Errorf("server: ticket secret: %w", err)
+		}
+	}
+	m, err := newMetrics(s.Registerer, s)
+	if err != nil {
+		return err
+	}
+	s.metrics = m
+	s.store = m.instrument(s.Store)
+	set, err := s.build(s.Config)
+	if err != nil {
+		return err
+	}
+	s.limiters.Store(set)
+	s.state.Store(&reloadState{loadedAt: time.Now()})
+	m.reloadOK(time.Now())
+
+	tlsConfig, err := s.tlsConfig()
+	if err != nil {
+		return err
+	}
+	httpAddr := s.HTTPAddr
+	if httpAddr == "" {
+		httpAddr = DefaultHTTPAddr
+	}
+	if s.httpLn, err = net.Listen("tcp", httpAddr); err != nil {
+		return fmt.Errorf("server: http: %w", err)
+	}
+	if tlsConfig != nil {
+		s.httpLn = tls.NewListener(s.httpLn, tlsConfig)
+	}
+	s.httpSrv = &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn),
+	}
+	if s.GRPCAddr != "-" {
+		grpcAddr := s.GRPCAddr
+		if grpcAddr == "" {
+			grpcAddr = DefaultGRPCAddr
+		}
+		if s.grpcLn, err = net.Listen("tcp", grpcAddr); err != nil {
+			s.httpLn.Close()
+			return fmt.Errorf("server: grpc: %w", err)
+		}
+		var opts []grpc.ServerOption
+		if tlsConfig != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		}
+		s.grpcSrv = grpc.NewServer(opts...)
+		s.health = health.NewServer()
+		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+		for _, register := range s.GRPCServices {
+			register(s.grpcSrv)
+		}
+	}
+	if s.WatchConfig && s.ConfigPath != "" {
+		if err := s.watch(); err != nil {
+			s.httpLn.Close()
+			if s.grpcLn != nil {
+				s.grpcLn.Close()
+			}
+			return fmt.Errorf("server: watching %s: %w", s.ConfigPath, err)
+		}
+	}
+	s.done = make(chan struct{})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpSrv.Serve(s.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.Logger.Error("http server stopped", "err", err)
+		}
+	}()
+	if s.grpcSrv != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.grpcSrv.Serve(s.grpcLn); err != nil {
+				s.Logger.Error("grpc server stopped", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+func (s *Server) tlsConfig() (*tls.Config, error) {
+	if s.TLSCertFile == "" && s.TLSKeyFile == "" {
+		return nil, nil
+	}
+	if s.TLSCertFile == "" || s.TLSKeyFile == "" {
+		return nil, errors.New("server: TLS needs both a certificate and a key file")
+	}
+	cert, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("server: TLS: %w", err)
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}, nil
+}
+
+// HTTPAddress returns the HTTP listener's bound address (after Open).
+func (s *Server) HTTPAddress() string {
+	if s.httpLn == nil {
+		return ""
+	}
+	return s.httpLn.Addr().String()
+}
+
+// GRPCAddress returns the gRPC listener's bound address, or "" when gRPC is
+// disabled.
+func (s *Server) GRPCAddress() string {
+	if s.grpcLn == nil {
+		return ""
+	}
+	return s.grpcLn.Addr().String()
+}
+
+// Close stops the service gracefully: the listeners stop accepting, health
+// checks report NOT_SERVING, and in-flight requests finish (for at most
+// ShutdownTimeout, after which they are cut off). It does not close Store.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		if s.done == nil {
+			return
+		}
+		close(s.done)
+		if s.watcher != nil {
+			s.watcher.close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+		defer cancel()
+		if s.health != nil {
+			s.health.Shutdown()
+		}
+		var wg sync.WaitGroup
+		if s.grpcSrv != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stopped := make(chan struct{})
+				go func() { s.grpcSrv.GracefulStop(); close(stopped) }()
+				select {
+				case <-stopped:
+				case <-ctx.Done():
+					s.grpcSrv.Stop()
+				}
+			}()
+		}
+		if err := s.httpSrv.Shutdown(ctx); err != nil {
+			s.closeErr = fmt.Errorf("server: shutdown: %w", err)
+			s.httpSrv.Close()
+		}
+		wg.Wait()
+		s.wg.Wait()
+	})
+	return s.closeErr
+}
+
+// build makes the limiters of c on the server's store.
+func (s *Server) build(c *config.Config) (*limiterSet, error) {
+	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters))}
+	for i := range c.Limiters {
+		cl := &c.Limiters[i]
+		l, err := cl.New(s.store, floodgate.Options{
+			Observer: s.metrics.observe,
+			Logger:   s.Logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		set.byName[cl.Name] = l
+		set.names = append(set.names, cl.Name)
+	}
+	sort.Strings(set.names)
+	return set, nil
+}
+
+// Reload reads ConfigPath again and, when it is valid, swaps the new
+// limiters in atomically: decisions already running finish on the old set.
+// When it is not, the old configuration keeps serving, and the error is
+// logged, counted and reported by /readyz. Reload is safe to call
+// concurrently and from signal handlers' goroutines.
+func (s *Server) Reload() error {
+	if s.ConfigPath == "" {
+		return errors.New("server: no configuration file to reload")
+	}
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	err := s.reload()
+	now := time.Now()
+	if err != nil {
+		prev := s.state.Load()
+		s.state.Store(&reloadState{loadedAt: prev.loadedAt, err: err, failedAt: now})
+		s.metrics.reloadFailed()
+		s.Logger.Error("config reload failed; the previous configuration keeps serving",
+			"file", s.ConfigPath, "err", err)
+		return err
+	}
+	s.state.Store(&reloadState{loadedAt: now})
+	s.metrics.reloadOK(now)
+	return nil
+}
+
+func (s *Server) reload() error {
+	c, err := config.Load(s.ConfigPath)
+	if err != nil {
+		return err
+	}
+	if !reflect.DeepEqual(c.Store, s.Config.Store) {
+		s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
+			"file", s.ConfigPath)
+	}
+	set, err := s.build(c)
+	if err != nil {
+		return err
+	}
+	s.limiters.Store(set)
+	s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
+	return nil
+}
+
+// limiter returns the current limiter named name, or nil.
+func (s *Server) limiter(name string) *floodgate.Limiter {
+	return s.limiters.Load().byName[name]
+}

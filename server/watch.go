@@ -1,0 +1,100 @@
+package server
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// watchDebounce is how long the watcher waits after the last file event
+// before it reloads, so that an editor's write-rename-chmod sequence or a
+// ConfigMap's symlink swap reloads once.
+const watchDebounce = 100 * time.Millisecond
+
+// watcher reloads a server's configuration when its file changes. It
+// watches the file and its directory: the directory catches editors that
+// replace the file by renaming and Kubernetes ConfigMap updates (which swap a
+// "..data" symlink); the file catches writes through a symlink whose target
+// lives elsewhere. A reload happens only when the file's content changed.
+type watcher struct {
+	s    *Server
+	w    *fsnotify.Watcher
+	path string
+	last []byte // sha256 of the content last loaded (or rejected)
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// watch starts watching s.ConfigPath.
+func (s *Server) watch() error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	w := &watcher{s: s, w: fw, path: s.ConfigPath, stop: make(chan struct{}), done: make(chan struct{})}
+	w.last = w.sum()
+	if err := fw.Add(filepath.Dir(w.path)); err != nil {
+		fw.Close()
+		return err
+	}
+	fw.Add(w.path) // best effort: the directory watch is the one relied on
+	s.watcher = w
+	go w.run()
+	return nil
+}
+
+func (w *watcher) sum() []byte {
+	data, err := os.ReadFile(w.path)
+	if err != nil {
+		return nil
+	}
+	h := sha256.Sum256(data)
+	return h[:]
+}
+
+func (w *watcher) run() {
+	defer close(w.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case <-w.stop:
+			timer.Stop()
+			return
+		case _, ok := <-w.w.Events:
+			if !ok {
+				return
+			}
+			timer.Reset(watchDebounce)
+		case err, ok := <-w.w.Errors:
+			if !ok {
+				return
+			}
+			w.s.Logger.Warn("config watcher", "err", err)
+		case <-timer.C:
+			// A file replaced by a rename is a new inode: watch it again.
+			w.w.Add(w.path)
+			sum := w.sum()
+			if sum == nil || bytes.Equal(sum, w.last) {
+				continue
+			}
+			w.last = sum
+			w.s.Logger.Info("config file changed; reloading", "file", w.path)
+			w.s.Reload()
+		}
+	}
+}
+
+func (w *watcher) close() {
+	w.once.Do(func() {
+		close(w.stop)
+		<-w.done
+		w.w.Close()
+	})
+}
