@@ -1,0 +1,411 @@
+package envoy
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate"
+	"go.yaml.in/yaml/v3"
+)
+
+// ParseFile parses one configuration file in the reference service's format.
+// name is used in error messages only. Unknown keys are errors, and so is
+// everything the reference service rejects. The error joins every
+// *ConfigError found.
+//
+// The format, with floodgate's extension:
+//
+//	domain: <name>                      # required, one per file
+//	descriptors:
+//	  - key: <key>                      # required
+//	    value: <value>                  # optional; "prefix*" is a wildcard
+//	    rate_limit:                     # optional
+//	      unit: second                  # second|minute|hour|day|week|month|year
+//	      requests_per_unit: 10
+//	      unit_multiplier: 1            # optional: the window is unit × this
+//	      unlimited: false              # true: never limited (no unit allowed)
+//	      name: <name>                  # optional, for replaces
+//	      replaces: [{name: <name>}]
+//	      floodgate:                    # optional extension
+//	        algorithm: token_bucket     # fixed_window (default) | sliding_window | token_bucket | gcra
+//	        burst: 20                   # token_bucket and gcra only
+//	    shadow_mode: false
+//	    detailed_metric: false          # accepted; metrics only
+//	    value_to_metric: false          # accepted; metrics only
+//	    share_threshold: false          # wildcard values share one counter
+//	    descriptors: [...]              # nested descriptors
+func ParseFile(name string, data []byte) (f *File, err error) {
+	p := &parser{file: name}
+	defer func() {
+		// The YAML decoder is not expected to panic, but a config loader
+		// must never take the process down.
+		if r := recover(); r != nil {
+			f, err = nil, &ConfigError{File: name, Reason: fmt.Sprintf("cannot parse: %v", r)}
+		}
+	}()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, &ConfigError{File: name, Reason: strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	f = &File{Name: name, root: newNode()}
+	if len(doc.Content) == 0 {
+		return nil, &ConfigError{File: name, Field: "domain", Reason: "empty file: want a domain"}
+	}
+	root := doc.Content[0]
+	if !p.mapping(root, "") {
+		return nil, p.err()
+	}
+	var descs *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "domain":
+			f.Domain, f.line = p.str(v, "domain"), k.Line
+			if f.Domain == "" {
+				p.fail(v, "domain", "must not be empty")
+			}
+		case "descriptors":
+			descs = v
+		default:
+			p.unknown(k, "")
+		}
+	}
+	if f.line == 0 {
+		p.fail(root, "domain", "missing: every file configures one domain")
+	}
+	if descs != nil {
+		p.descriptors(f.root, descs, "descriptors", "")
+	}
+	if len(p.errs) > 0 {
+		return nil, p.err()
+	}
+	return f, nil
+}
+
+func newNode() *node {
+	return &node{exact: map[entry]*node{}, anyValue: map[string]*node{}}
+}
+
+type parser struct {
+	file string
+	errs []error
+}
+
+func (p *parser) err() error { return errors.Join(p.errs...) }
+
+func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
+	p.errs = append(p.errs, &ConfigError{File: p.file, Line: n.Line, Column: n.Column, Field: field,
+		Reason: fmt.Sprintf(format, args...)})
+}
+
+func (p *parser) unknown(k *yaml.Node, path string) {
+	p.fail(k, join(path, k.Value), "unknown key")
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// mapping checks that n is a mapping without repeated keys.
+func (p *parser) mapping(n *yaml.Node, field string) bool {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind != yaml.MappingNode {
+		p.fail(n, field, "want a mapping, got %s", kindName(n))
+		return false
+	}
+	seen := make(map[string]bool, len(n.Content)/2)
+	ok := true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode {
+			p.fail(k, field, "keys must be strings")
+			ok = false
+			continue
+		}
+		if seen[k.Value] {
+			p.fail(k, join(field, k.Value), "repeated key")
+			ok = false
+		}
+		seen[k.Value] = true
+	}
+	return ok
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "nothing"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "something else"
+}
+
+func (p *parser) scalar(n *yaml.Node, field string) bool {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.fail(n, field, "want a value, got %s", kindName(n))
+		return false
+	}
+	return true
+}
+
+func (p *parser) str(n *yaml.Node, field string) string {
+	if !p.scalar(n, field) {
+		return ""
+	}
+	return n.Value
+}
+
+func (p *parser) boolean(n *yaml.Node, field string) bool {
+	if !p.scalar(n, field) {
+		return false
+	}
+	v, err := strconv.ParseBool(n.Value)
+	if err != nil || n.Tag != "!!bool" {
+		p.fail(n, field, "want true or false, got %q", n.Value)
+		return false
+	}
+	return v
+}
+
+func (p *parser) uint(n *yaml.Node, field string, bits int) uint64 {
+	if !p.scalar(n, field) {
+		return 0
+	}
+	v, err := strconv.ParseUint(n.Value, 10, bits)
+	if err != nil {
+		p.fail(n, field, "want a whole number from 0 to %d, got %q", uint64(1)<<bits-1, n.Value)
+		return 0
+	}
+	return v
+}
+
+// descriptors loads a descriptor list into parent's children.
+func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath string) {
+	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
+		return
+	}
+	if list.Kind != yaml.SequenceNode {
+		p.fail(list, field, "want a list, got %s", kindName(list))
+		return
+	}
+	composite := map[string]*yaml.Node{}
+	for i, item := range list.Content {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if !p.mapping(item, f) {
+			continue
+		}
+		var key, value string
+		var keyNode, rl, children, shareNode *yaml.Node
+		n := newNode()
+		shadow := false
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			k, v := item.Content[j], item.Content[j+1]
+			switch k.Value {
+			case "key":
+				key, keyNode = p.str(v, f+".key"), v
+			case "value":
+				value = p.str(v, f+".value")
+			case "rate_limit":
+				rl = v
+			case "descriptors":
+				children = v
+			case "shadow_mode":
+				shadow = p.boolean(v, f+".shadow_mode")
+			case "detailed_metric", "value_to_metric":
+				p.boolean(v, f+"."+k.Value) // accepted: they shape the reference's metrics only
+			case "share_threshold":
+				if p.boolean(v, f+".share_threshold") {
+					shareNode = k
+				}
+			default:
+				p.unknown(k, f)
+			}
+		}
+		if keyNode == nil {
+			p.fail(item, f+".key", "missing: every descriptor needs a key")
+			continue
+		}
+		if key == "" {
+			p.fail(keyNode, f+".key", "must not be empty")
+			continue
+		}
+		final := key
+		if value != "" {
+			final += "_" + value
+		}
+		path := join(parentPath, final)
+		if prev := composite[final]; prev != nil {
+			p.fail(keyNode, f, "duplicate descriptor %q (also at line %d)", path, prev.Line)
+			continue
+		}
+		composite[final] = keyNode
+		wild := strings.HasSuffix(value, "*")
+		if shareNode != nil {
+			if !wild {
+				p.fail(shareNode, f+".share_threshold", "applies only to wildcard values (ending in '*')")
+			}
+			n.share, n.pattern = true, value
+		}
+		if rl != nil {
+			n.limit = p.rateLimit(rl, f+".rate_limit", path)
+			if n.limit != nil {
+				n.limit.shadow = shadow
+			}
+		}
+		if children != nil {
+			p.descriptors(n, children, f+".descriptors", path)
+		}
+		switch {
+		case value == "":
+			parent.anyValue[key] = n
+		case wild:
+			parent.wild = append(parent.wild, wildChild{key: key, prefix: strings.TrimSuffix(value, "*"), n: n})
+		default:
+			parent.exact[entry{key, value}] = n
+		}
+	}
+}
+
+// rateLimit loads a rate_limit block.
+func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
+	if !p.mapping(n, field) {
+		return nil
+	}
+	l := &leaf{path: path, index: -1, line: n.Line, algorithm: floodgate.FixedWindow}
+	var unitNode, nameNode, extNode, rpuNode *yaml.Node
+	var unit string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f := field + "." + k.Value
+		switch k.Value {
+		case "unit":
+			unit, unitNode = p.str(v, f), v
+		case "requests_per_unit":
+			l.rpu, rpuNode = uint32(p.uint(v, f, 32)), v
+		case "unit_multiplier":
+			l.multiplier = uint32(p.uint(v, f, 32))
+			if l.multiplier == 0 && p.scalar(v, f) {
+				p.fail(v, f, "must be at least 1")
+			}
+		case "unlimited":
+			l.unlimited = p.boolean(v, f)
+		case "name":
+			l.name, nameNode = p.str(v, f), v
+		case "replaces":
+			p.replaces(l, v, f)
+		case "floodgate":
+			extNode = v
+		default:
+			p.unknown(k, field)
+		}
+	}
+	u, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(unit)]
+	valid := known && u != int32(rlsv3.RateLimitResponse_RateLimit_UNKNOWN)
+	switch {
+	case l.unlimited && unitNode != nil:
+		p.fail(unitNode, field+".unit", "must not be set when unlimited is true")
+	case l.unlimited && rpuNode != nil:
+		p.fail(rpuNode, field+".requests_per_unit", "must not be set when unlimited is true")
+	case !l.unlimited && unitNode == nil:
+		p.fail(n, field+".unit", "missing: want one of second, minute, hour, day, week, month, year")
+	case !l.unlimited && !valid:
+		p.fail(unitNode, field+".unit", "unknown unit %q: want one of second, minute, hour, day, week, month, year", unit)
+	}
+	l.unit = rlsv3.RateLimitResponse_RateLimit_Unit(u)
+	for _, r := range l.replaces {
+		if r == l.name && nameNode != nil {
+			p.fail(nameNode, field+".replaces", "must not name the limit itself (%q)", r)
+		}
+	}
+	if valid {
+		mult := int64(max(1, l.multiplier))
+		secs := unitSeconds[l.unit] * mult
+		if secs > maxWindowSeconds {
+			p.fail(n, field+".unit_multiplier", "window of %d %s is too long (at most about 100 years)", mult, unit)
+		} else {
+			l.window = time.Duration(secs) * time.Second
+		}
+	}
+	if extNode != nil {
+		p.extension(l, extNode, field+".floodgate")
+	}
+	l.rule = encodeName(path)
+	return l
+}
+
+func (p *parser) replaces(l *leaf, v *yaml.Node, field string) {
+	if v.Kind != yaml.SequenceNode {
+		p.fail(v, field, "want a list of {name: ...}, got %s", kindName(v))
+		return
+	}
+	for i, item := range v.Content {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if !p.mapping(item, f) {
+			continue
+		}
+		name := ""
+		for j := 0; j+1 < len(item.Content); j += 2 {
+			k, val := item.Content[j], item.Content[j+1]
+			if k.Value != "name" {
+				p.unknown(k, f)
+				continue
+			}
+			name = p.str(val, f+".name")
+		}
+		if name == "" {
+			p.fail(item, f+".name", "must not be empty")
+			continue
+		}
+		l.replaces = append(l.replaces, name)
+	}
+}
+
+// extension loads floodgate's extension block of a rate_limit.
+func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
+	if !p.mapping(n, field) {
+		return
+	}
+	var burstNode *yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f := field + "." + k.Value
+		switch k.Value {
+		case "algorithm":
+			s := p.str(v, f)
+			a, err := floodgate.ParseAlgorithm(s)
+			switch {
+			case err != nil:
+				p.fail(v, f, "unknown algorithm %q: want fixed_window, sliding_window, token_bucket or gcra", s)
+			case a == floodgate.Concurrency:
+				p.fail(v, f, "concurrency needs a release after the request, which Envoy's API has no call for")
+			default:
+				l.algorithm = a
+			}
+		case "burst":
+			l.burst, burstNode = int64(p.uint(v, f, 32)), v
+		default:
+			p.unknown(k, field)
+		}
+	}
+	if l.unlimited {
+		p.fail(n, field, "must not be set when unlimited is true")
+	}
+	if burstNode != nil && l.algorithm != floodgate.TokenBucket && l.algorithm != floodgate.GCRA {
+		p.fail(burstNode, field+".burst", "applies to token_bucket and gcra only, not %s", l.algorithm)
+	}
+}

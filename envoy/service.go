@@ -1,0 +1,221 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Options are a Service's optional settings. The zero value is ready to use.
+type Options struct {
+	// Limiter is the template of the options given to each domain's
+	// limiter: Clock, FailurePolicy, Shadow (the reference service's
+	// global shadow mode), Timeout, Breaker, Observer and Logger. The
+	// limiters are named "envoy." followed by the domain (characters other
+	// than letters, digits, '.' and '_' are written as '-' and two hex
+	// digits), so an Observer can tell them apart.
+	Limiter floodgate.Options
+	// Lookup, when set, is consulted for a request whose domain no Envoy
+	// config file defines: if it returns a limiter, each descriptor's
+	// entries become that limiter's request attributes (key → value) and
+	// each descriptor is one decision. nil means such domains are
+	// unknown, which the reference service answers with OK.
+	Lookup func(name string) *floodgate.Limiter
+}
+
+// Service answers Envoy's ShouldRateLimit calls from a Config, keeping its
+// counters in a floodgate.Store. It is safe for concurrent use; Update
+// swaps its Config while it serves.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	store floodgate.Store
+	opts  Options
+	clock floodgate.Clock
+	cur   atomic.Pointer[state]
+}
+
+// state is one Config with the limiters built from it.
+type state struct {
+	cfg      *Config
+	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
+}
+
+// New returns a Service that decides with cfg (nil means no domains) and
+// keeps its counters in store. opts may be nil. It returns an error when a
+// domain's rules do not make a limiter, which LoadDir has already ruled out.
+func New(store floodgate.Store, cfg *Config, opts *Options) (*Service, error) {
+	if store == nil {
+		return nil, fmt.Errorf("envoy: store must not be nil")
+	}
+	s := &Service{store: store}
+	if opts != nil {
+		s.opts = *opts
+	}
+	s.clock = s.opts.Limiter.Clock
+	if s.clock == nil {
+		s.clock = floodgate.SystemClock{}
+	}
+	if err := s.Update(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Update makes cfg (nil means no domains) the Service's configuration. The
+// swap is atomic: each call to ShouldRateLimit sees either the old or the
+// new configuration. Counters live in the store, so a domain's limits keep
+// their counts across an update as long as its descriptors keep their paths.
+// On error the old configuration stays.
+func (s *Service) Update(cfg *Config) error {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	st := &state{cfg: cfg, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
+	for name, d := range cfg.domains {
+		if len(d.leaves) == 0 {
+			continue
+		}
+		opts := s.opts.Limiter
+		l, err := floodgate.New(limiterName(name), s.store, d.rules(), &opts)
+		if err != nil {
+			return fmt.Errorf("envoy: domain %q (%s): %w", name, d.file, err)
+		}
+		st.limiters[name] = l
+	}
+	s.cur.Store(st)
+	return nil
+}
+
+// Config returns the configuration in use.
+func (s *Service) Config() *Config { return s.cur.Load().cfg }
+
+// Limiter returns the limiter that serves domain, or nil when the domain
+// is not configured or has no finite limits.
+func (s *Service) Limiter(domain string) *floodgate.Limiter { return s.cur.Load().limiters[domain] }
+
+// Register registers the Service on a gRPC server as
+// envoy.service.ratelimit.v3.RateLimitService.
+func (s *Service) Register(r grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(r, s)
+}
+
+// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
+//
+// Each descriptor is matched against the domain's tree (see docs/envoy.md)
+// and gets a status: OK without a current_limit when nothing matched, when
+// the match is unlimited (limit_remaining is then the largest uint32) or
+// when another matched limit replaces it; otherwise the code, current_limit,
+// limit_remaining and duration_until_reset of its limit. overall_code is
+// OVER_LIMIT when any enforced limit is.
+//
+// A descriptor's cost is its hits_addend when set (0 checks without
+// counting), else the request's hits_addend, else 1. The descriptors of one
+// cost are decided in one atomic floodgate decision; when a request needs
+// several (several costs, or one limit matched twice), they are taken in
+// turn and an over-limit answer gives back what the earlier ones took, so
+// a request that is over the limit anywhere is charged nowhere.
+//
+// An empty domain or descriptor list is an InvalidArgument error. A store
+// failure is decided by the limiter's failure policy: OK when it fails
+// open, OVER_LIMIT when it fails closed.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	st := s.cur.Load()
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
+	}
+	d := st.cfg.domains[req.Domain]
+	switch {
+	case d != nil:
+		s.decideDomain(ctx, d, st.limiters[req.Domain], req, resp)
+	case s.opts.Lookup != nil:
+		if l := s.opts.Lookup(req.Domain); l != nil {
+			s.decideLimiter(ctx, l, req, resp)
+		}
+	}
+	for i, ds := range resp.Statuses {
+		if ds == nil {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		} else if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if d != nil && s.opts.Limiter.Shadow {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK // global shadow mode
+	}
+	return resp, nil
+}
+
+// cost returns descriptor i's units: its own hits_addend when set (0 checks
+// only), else the request's, where 0 means unset and so 1.
+func cost(req *rlsv3.RateLimitRequest, i int) int64 {
+	if h := req.Descriptors[i].GetHitsAddend(); h != nil {
+		return int64(min(h.GetValue(), math.MaxInt32))
+	}
+	return int64(max(1, req.GetHitsAddend()))
+}
+
+// group is one floodgate decision of a request: descriptors of one cost,
+// each limit at most once.
+type group struct {
+	cost  int64 // 0 checks only
+	attrs floodgate.Attributes
+	descs []int // request descriptor indexes, parallel to leaves
+	// leaves are the descriptors' limits (Envoy domains); nil entries for
+	// descriptors decided by a floodgate limiter of the Lookup.
+	leaves []*leaf
+
+	dec      floodgate.Decision
+	refunded bool // the decision was admitted, then given back
+}
+
+// run decides the groups with l so that a request denied anywhere is
+// charged nowhere: checks first, then the charging groups in turn; after a
+// denial the rest are only checked, and what was taken is given back.
+// blocked says the request is already denied.
+func run(ctx context.Context, l *floodgate.Limiter, groups []*group, blocked bool) {
+	denied := blocked
+	for _, g := range groups {
+		if g.cost == 0 {
+			g.dec, _ = l.AllowN(ctx, g.attrs, 0) // cost 0 never errors
+			denied = denied || !g.dec.Allowed
+		}
+	}
+	var taken []*group
+	for _, g := range groups {
+		if g.cost == 0 {
+			continue
+		}
+		if denied {
+			g.dec, _ = l.Peek(ctx, g.attrs, g.cost) // cost >= 1 never errors
+			continue
+		}
+		g.dec, _ = l.AllowN(ctx, g.attrs, g.cost)
+		if g.dec.Allowed {
+			taken = append(taken, g)
+			continue
+		}
+		denied = true
+		for _, t := range taken {
+			// A refund that fails leaves the limit stricter, and is
+			// logged by the limiter.
+			_ = l.Refund(ctx, t.dec.Ticket())
+			t.refunded = true
+		}
+		taken = nil
+	}
+}

@@ -1,0 +1,399 @@
+package envoy_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/envoy"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+const (
+	ok   = rlsv3.RateLimitResponse_OK
+	over = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// t0 is 30s into a minute and 810s into an hour since the Unix epoch.
+var t0 = time.Unix(1_700_000_010, 0)
+
+type harness struct {
+	t      *testing.T
+	clock  *floodgate.ManualClock
+	svc    *envoy.Service
+	client rlsv3.RateLimitServiceClient
+}
+
+// start serves a Service on a loopback port and dials it with Envoy's
+// generated client.
+func start(t *testing.T, cfg *envoy.Config, store floodgate.Store, opts *envoy.Options) *harness {
+	t.Helper()
+	h := &harness{t: t, clock: floodgate.NewManualClock(t0)}
+	if opts == nil {
+		opts = &envoy.Options{}
+	}
+	opts.Limiter.Clock = h.clock
+	if store == nil {
+		mem := memory.New(&memory.Options{SweepInterval: -1})
+		t.Cleanup(func() { mem.Close() })
+		store = mem
+	}
+	svc, err := envoy.New(store, cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.svc = svc
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	svc.Register(srv)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	h.client = rlsv3.NewRateLimitServiceClient(conn)
+	return h
+}
+
+func loadEdge(t *testing.T) *envoy.Config {
+	t.Helper()
+	cfg, err := envoy.LoadDir("testdata/edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func desc(kv ...string) *commonv3.RateLimitDescriptor {
+	d := &commonv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func withHits(d *commonv3.RateLimitDescriptor, n uint64) *commonv3.RateLimitDescriptor {
+	d.HitsAddend = wrapperspb.UInt64(n)
+	return d
+}
+
+func (h *harness) ask(domain string, hits uint32, descs ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+	h.t.Helper()
+	resp, err := h.client.ShouldRateLimit(context.Background(),
+		&rlsv3.RateLimitRequest{Domain: domain, Descriptors: descs, HitsAddend: hits})
+	if err != nil {
+		h.t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	if got, want := len(resp.Statuses), len(descs); got != want {
+		h.t.Fatalf("%d statuses for %d descriptors", got, want)
+	}
+	return resp
+}
+
+// want is the expected status of one descriptor; limit 0 means no
+// current_limit.
+type want struct {
+	code      rlsv3.RateLimitResponse_Code
+	limit     uint32
+	unit      rlsv3.RateLimitResponse_RateLimit_Unit
+	remaining uint32
+	reset     time.Duration
+}
+
+func (h *harness) check(resp *rlsv3.RateLimitResponse, overall rlsv3.RateLimitResponse_Code, wants ...want) {
+	h.t.Helper()
+	if resp.OverallCode != overall {
+		h.t.Errorf("overall_code = %v, want %v", resp.OverallCode, overall)
+	}
+	for i, w := range wants {
+		s := resp.Statuses[i]
+		if s.Code != w.code {
+			h.t.Errorf("status[%d].code = %v, want %v", i, s.Code, w.code)
+		}
+		if s.LimitRemaining != w.remaining {
+			h.t.Errorf("status[%d].limit_remaining = %d, want %d", i, s.LimitRemaining, w.remaining)
+		}
+		if w.limit == 0 && w.unit == 0 {
+			if s.CurrentLimit != nil {
+				h.t.Errorf("status[%d].current_limit = %v, want none", i, s.CurrentLimit)
+			}
+			continue
+		}
+		if s.CurrentLimit == nil {
+			h.t.Errorf("status[%d].current_limit missing", i)
+			continue
+		}
+		if s.CurrentLimit.RequestsPerUnit != w.limit || s.CurrentLimit.Unit != w.unit {
+			h.t.Errorf("status[%d].current_limit = %d/%v, want %d/%v", i,
+				s.CurrentLimit.RequestsPerUnit, s.CurrentLimit.Unit, w.limit, w.unit)
+		}
+		if got := s.DurationUntilReset.AsDuration(); got != w.reset {
+			h.t.Errorf("status[%d].duration_until_reset = %v, want %v", i, got, w.reset)
+		}
+	}
+}
+
+const (
+	second = rlsv3.RateLimitResponse_RateLimit_SECOND
+	minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	hour   = rlsv3.RateLimitResponse_RateLimit_HOUR
+)
+
+func TestPerValueCounters(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	for _, rem := range []uint32{2, 1, 0} {
+		h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 3, minute, rem, 30 * time.Second})
+	}
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), over, want{over, 3, minute, 0, 30 * time.Second})
+	// Another value has a counter of its own.
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.2")), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	// The more specific value wins: 0 per second refuses everything.
+	h.check(h.ask("edge", 0, desc("remote_address", "50.0.0.5")), over, want{over, 0, second, 0, time.Second})
+}
+
+func TestEpochAlignedWindows(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	h.clock.Set(t0.Add(29*time.Second + 500*time.Millisecond)) // 0.5s before the minute rolls
+	for range 3 {
+		h.ask("edge", 0, desc("remote_address", "10.0.0.1"))
+	}
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), over, want{over, 3, minute, 0, 500 * time.Millisecond})
+	h.clock.Advance(500 * time.Millisecond) // the minute rolls for every key at once
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 3, minute, 2, time.Minute})
+	// unit_multiplier: windows of 10s aligned to the epoch.
+	h.check(h.ask("edge", 0, desc("batch", "x")), ok, want{ok, 4, second, 3, 10 * time.Second})
+	h.clock.Advance(2500 * time.Millisecond)
+	h.check(h.ask("edge", 0, desc("batch", "x")), ok, want{ok, 4, second, 2, 7500 * time.Millisecond})
+}
+
+func TestWildcards(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	h.check(h.ask("edge", 0, desc("path", "/api/a")), ok, want{ok, 2, minute, 1, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("path", "/api/a")), ok, want{ok, 2, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("path", "/api/a")), over, want{over, 2, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("path", "/api/b")), ok, want{ok, 2, minute, 1, 30 * time.Second})
+	// share_threshold: every value the wildcard matches shares one counter.
+	h.check(h.ask("edge", 0, desc("path", "/shared/a")), ok, want{ok, 2, minute, 1, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("path", "/shared/b")), ok, want{ok, 2, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("path", "/shared/c")), over, want{over, 2, minute, 0, 30 * time.Second})
+	// No match at all: OK without a limit.
+	h.check(h.ask("edge", 0, desc("path", "/other")), ok, want{code: ok})
+}
+
+func TestUnlimited(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	for range 5 {
+		h.check(h.ask("edge", 0, desc("path", "/health")), ok, want{code: ok, remaining: math.MaxUint32})
+	}
+}
+
+func TestNested(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	const reset = 2790 * time.Second
+	h.check(h.ask("edge", 0, desc("tenant", "t1", "user", "u1")), ok, want{ok, 5, hour, 4, reset})
+	h.check(h.ask("edge", 0, desc("tenant", "t2", "user", "u1")), ok, want{ok, 5, hour, 4, reset})
+	h.check(h.ask("edge", 0, desc("tenant", "t1", "user", "vip")), ok, want{ok, 100, hour, 99, reset})
+	// The request's depth must equal the configured depth.
+	h.check(h.ask("edge", 0, desc("tenant", "t1")), ok, want{code: ok})
+	h.check(h.ask("edge", 0, desc("tenant", "t1", "user", "u1", "extra", "x")), ok, want{code: ok})
+	h.check(h.ask("edge", 0, desc("user", "u1")), ok, want{code: ok})
+}
+
+func TestShadowMode(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	h.check(h.ask("edge", 0, desc("shadowed", "x")), ok, want{ok, 1, second, 0, time.Second})
+	// Over the limit, but shadow: OK with nothing left, like the reference.
+	h.check(h.ask("edge", 0, desc("shadowed", "x")), ok, want{ok, 1, second, 0, time.Second})
+	// A shadow limit over its limit does not stop the others.
+	h.check(h.ask("edge", 0, desc("shadowed", "x"), desc("remote_address", "10.0.0.9")), ok,
+		want{ok, 1, second, 0, time.Second}, want{ok, 3, minute, 2, 30 * time.Second})
+}
+
+func TestGlobalShadowMode(t *testing.T) {
+	opts := &envoy.Options{}
+	opts.Limiter.Shadow = true
+	h := start(t, loadEdge(t), nil, opts)
+	h.ask("edge", 3, desc("remote_address", "10.0.0.1"))
+	// The descriptor says over the limit; the request is let through.
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{over, 3, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("remote_address", "50.0.0.5")), ok, want{over, 0, second, 0, time.Second})
+}
+
+func TestReplaces(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	read, report := desc("category", "read", "user", "u1"), desc("endpoint", "report", "user", "u1")
+	for _, rem := range []uint32{9, 8, 7} {
+		// read_user is replaced: OK without a limit, and not counted.
+		h.check(h.ask("edge", 0, read, report), ok, want{code: ok}, want{ok, 10, minute, rem, 30 * time.Second})
+	}
+	h.check(h.ask("edge", 0, read), ok, want{ok, 2, minute, 1, 30 * time.Second})
+}
+
+func TestHitsAddend(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	ip := func() *commonv3.RateLimitDescriptor { return desc("remote_address", "10.0.0.1") }
+	// Request-level 0 means unset: 1.
+	h.check(h.ask("edge", 0, ip()), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	// Descriptor-level 0 checks without counting.
+	h.check(h.ask("edge", 0, withHits(ip(), 0)), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	// Descriptor-level overrides request-level, even when 0.
+	h.check(h.ask("edge", 2, withHits(ip(), 0)), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	h.check(h.ask("edge", 2, ip()), ok, want{ok, 3, minute, 0, 30 * time.Second})
+	// A check at the limit says whether one more would pass: it would not.
+	h.check(h.ask("edge", 0, withHits(ip(), 0)), over, want{over, 3, minute, 0, 30 * time.Second})
+	// A cost the window can never hold is over the limit and counts nothing.
+	h.check(h.ask("edge", 0, withHits(desc("remote_address", "10.0.0.2"), 4)), over, want{over, 3, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.2")), ok, want{ok, 3, minute, 2, 30 * time.Second})
+}
+
+// An over-limit descriptor charges none of the others, whether they are
+// decided in the same floodgate decision or in another one.
+func TestOverLimitChargesNothing(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	h.ask("edge", 2, desc("path", "/api/full"))
+	ip, path := desc("remote_address", "10.0.0.1"), desc("path", "/api/full")
+	reset := 30 * time.Second
+
+	// One decision: both descriptors cost 1.
+	h.check(h.ask("edge", 0, ip, path), over, want{ok, 3, minute, 3, reset}, want{over, 2, minute, 0, reset})
+	// Two decisions: the costs differ; the first is charged, then given back.
+	h.check(h.ask("edge", 0, withHits(desc("remote_address", "10.0.0.1"), 1), withHits(desc("path", "/api/full"), 2)), over,
+		want{ok, 3, minute, 3, reset}, want{over, 2, minute, 0, reset})
+	// The same limit twice in one request: two decisions.
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1"), desc("remote_address", "10.0.0.2"), desc("path", "/api/full")), over,
+		want{ok, 3, minute, 3, reset}, want{ok, 3, minute, 3, reset}, want{over, 2, minute, 0, reset})
+	// A check-only descriptor over its limit stops the others too.
+	h.check(h.ask("edge", 0, ip, withHits(desc("path", "/api/full"), 0)), over, want{ok, 3, minute, 3, reset}, want{over, 2, minute, 0, reset})
+	// A blocked value stops the others.
+	h.check(h.ask("edge", 0, ip, desc("remote_address", "50.0.0.5")), over, want{ok, 3, minute, 3, reset}, want{over, 0, second, 0, time.Second})
+
+	// Nothing was charged to the address.
+	h.check(h.ask("edge", 0, ip), ok, want{ok, 3, minute, 2, reset})
+	// When every descriptor fits, each is charged.
+	h.check(h.ask("edge", 0, ip, desc("remote_address", "10.0.0.1"), withHits(desc("path", "/api/b"), 2)), ok,
+		want{ok, 3, minute, 1, reset}, want{ok, 3, minute, 0, reset}, want{ok, 2, minute, 0, reset})
+}
+
+func TestTokenBucketExtension(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	for _, rem := range []uint32{2, 1, 0} {
+		resp := h.ask("edge", 0, desc("bucket", "b"))
+		if resp.OverallCode != ok || resp.Statuses[0].LimitRemaining != rem {
+			t.Fatalf("got %v", resp)
+		}
+	}
+	resp := h.ask("edge", 0, desc("bucket", "b"))
+	h.check(resp, over, want{over, 1, second, 0, 3 * time.Second})
+	h.clock.Advance(time.Second)
+	h.check(h.ask("edge", 0, desc("bucket", "b")), ok, want{ok, 1, second, 0, 3 * time.Second})
+}
+
+func TestUnknownDomain(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	h.check(h.ask("nope", 0, desc("remote_address", "10.0.0.1"), desc("x", "y")), ok, want{code: ok}, want{code: ok})
+	for _, req := range []*rlsv3.RateLimitRequest{
+		{Descriptors: []*commonv3.RateLimitDescriptor{desc("a", "b")}},
+		{Domain: "edge"},
+	} {
+		_, err := h.client.ShouldRateLimit(context.Background(), req)
+		if got := status.Code(err); got != codes.InvalidArgument {
+			t.Errorf("%v: code %v, want InvalidArgument", req, got)
+		}
+	}
+}
+
+// Lookup: a domain that no Envoy file defines names a floodgate limiter.
+func TestFloodgateLimiter(t *testing.T) {
+	mem := memory.New(&memory.Options{SweepInterval: -1})
+	defer mem.Close()
+	var clock *floodgate.ManualClock
+	var api *floodgate.Limiter
+	opts := &envoy.Options{Lookup: func(name string) *floodgate.Limiter {
+		if name == "api" {
+			return api
+		}
+		return nil
+	}}
+	h := start(t, loadEdge(t), mem, opts)
+	clock = h.clock
+	var err error
+	api, err = floodgate.New("api", mem, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}, Align: floodgate.AlignClock},
+		{Name: "per-org", Algorithm: floodgate.FixedWindow, Limit: 100, Window: 2 * time.Hour, Key: []string{"org"}, Align: floodgate.AlignClock},
+	}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.check(h.ask("api", 0, desc("user", "u1")), ok, want{ok, 2, minute, 1, 30 * time.Second})
+	// One decision per descriptor; the second is over, so the first is given back.
+	h.check(h.ask("api", 0, desc("org", "o1"), desc("user", "u1", "org", "o1"), withHits(desc("user", "u1"), 2)), over,
+		want{ok, 100, hour, 100, 2*time.Hour - 810*time.Second}, want{ok, 2, minute, 1, 30 * time.Second}, want{over, 2, minute, 0, 30 * time.Second})
+	resp := h.ask("api", 0, desc("org", "o1"))
+	if s := resp.Statuses[0]; s.CurrentLimit.GetUnitMultiplier().GetValue() != 2 || s.LimitRemaining != 99 {
+		t.Errorf("per-org status = %v, want 2 hours and 99 left", s)
+	}
+	h.check(h.ask("api", 0, desc("nothing", "here")), ok, want{code: ok})
+	h.check(h.ask("elsewhere", 0, desc("user", "u1")), ok, want{code: ok})
+}
+
+func TestUpdate(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	h.ask("edge", 0, desc("remote_address", "10.0.0.1"))
+	other, err := envoy.NewConfig(mustParse(t, "other.yaml", "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		mustParse(t, "edge.yaml", "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Update(other); err != nil {
+		t.Fatal(err)
+	}
+	// The counter survives the reload; the new limit applies.
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 10, minute, 8, 30 * time.Second})
+	h.check(h.ask("other", 0, desc("k", "v")), ok, want{ok, 1, second, 0, time.Second})
+	h.check(h.ask("edge", 0, desc("path", "/api/a")), ok, want{code: ok})
+}
+
+func mustParse(t *testing.T, name, yaml string) *envoy.File {
+	t.Helper()
+	f, err := envoy.ParseFile(name, []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+type brokenStore struct{}
+
+func (brokenStore) Apply(context.Context, *floodgate.Batch) error { return errors.New("store down") }
+
+func TestStoreFailure(t *testing.T) {
+	for _, tc := range []struct {
+		policy floodgate.FailurePolicy
+		code   rlsv3.RateLimitResponse_Code
+	}{{floodgate.FailOpen, ok}, {floodgate.FailClosed, over}} {
+		opts := &envoy.Options{}
+		opts.Limiter.FailurePolicy = tc.policy
+		opts.Limiter.Timeout = time.Second
+		opts.Limiter.Logger = slog.New(slog.DiscardHandler)
+		h := start(t, loadEdge(t), brokenStore{}, opts)
+		h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), tc.code, want{tc.code, 3, minute, 0, 30 * time.Second})
+	}
+}
