@@ -29,6 +29,15 @@ func run() int {
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
+	if cfg.Addr == "" {
+		cfg.Addr = "http://127.0.0.1:8080"
+		if cfg.Target == loadgen.GRPC {
+			cfg.Addr = "127.0.0.1:8081"
+		}
+	}
+	if cfg.Rate == 0 && cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
+	}
 	if !*quiet {
 		cfg.Progress = os.Stderr
 	}
