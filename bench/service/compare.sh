@@ -23,8 +23,9 @@
 #   CONNS [2]                    gRPC connections from the load generator
 #   RATELIMIT_VERSION            the reference service's module version
 #   CACHE_DIR [~/.cache/floodgate-bench]   where its binary is kept
-#   FG_STORE [redis]             floodgate's store: redis, or memory when
-#                                store/redis is absent (the row says which)
+#   FG_STORE [redis]             floodgate's store: redis, falling back to
+#                                memory when the Redis store cannot start
+#                                (the table says which one ran)
 set -euo pipefail
 
 DURATION=${DURATION:-10s}
@@ -75,12 +76,16 @@ free_port() {
 	return 1
 }
 
-# wait_port waits up to $2 seconds for 127.0.0.1:$1 to accept connections.
+# wait_port waits up to $2 seconds for 127.0.0.1:$1 to accept connections,
+# giving up early when process $3 (if given) has exited.
 wait_port() {
 	local deadline=$((SECONDS + $2))
 	while ((SECONDS < deadline)); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
 			return 0
+		fi
+		if [[ -n ${3:-} ]] && ! kill -0 "$3" 2>/dev/null; then
+			return 1
 		fi
 		sleep 0.1
 	done
@@ -135,7 +140,7 @@ if [[ -x $ref_bin ]]; then
 		RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
 		timeout "$MAX_LIFE" "$ref_bin" >"$work/ref.log" 2>&1 &
 	pids+=($!)
-	if ! wait_port "$ref_port" 30; then
+	if ! wait_port "$ref_port" 30 $!; then
 		ref_note="the reference service did not start: $(tail -3 "$work/ref.log" | tr '\n' ' ')"
 		log "$ref_note"
 		ref_port=""
@@ -143,17 +148,16 @@ if [[ -x $ref_bin ]]; then
 fi
 
 # --- floodgate --------------------------------------------------------------
-fg_store=${FG_STORE:-redis}
-if [[ $fg_store == redis && ! -d store/redis ]]; then
-	log "store/redis does not exist yet: floodgate runs on its memory store"
-	fg_store=memory
-fi
-if [[ $fg_store == redis ]]; then
-	store_yaml="  redis: {url: \"redis://127.0.0.1:$redis_port/0\", key_prefix: \"fg:\"}"
-else
-	store_yaml="  memory: {max_keys: 1000000}"
-fi
-cat >"$work/floodgate.yaml" <<EOF
+# start_floodgate STORE writes a config for STORE (redis or memory) and starts
+# floodgate serve with it; it fails when the service does not come up.
+start_floodgate() {
+	local store_yaml
+	if [[ $1 == redis ]]; then
+		store_yaml="  redis: {url: \"redis://127.0.0.1:$redis_port/0\", key_prefix: \"fg:\"}"
+	else
+		store_yaml="  memory: {max_keys: 1000000}"
+	fi
+	cat >"$work/floodgate.yaml" <<EOF
 store:
 $store_yaml
 failure_policy: open
@@ -162,19 +166,28 @@ limiters:
     rules:
       - {name: per-user, key: [user], algorithm: fixed_window, limit: 100, window: 1s}
 EOF
+	fg_port=$(free_port)
+	log "starting floodgate serve on 127.0.0.1:$fg_port (gRPC), $1 store"
+	timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
+		--http "127.0.0.1:$(free_port)" --grpc "127.0.0.1:$fg_port" \
+		--envoy-config-dir "$work/envoy" --log-level warn >"$work/fg.log" 2>&1 &
+	pids+=($!)
+	if ! wait_port "$fg_port" 30 $!; then
+		fg_note="floodgate serve ($1 store) did not start: $(tail -3 "$work/fg.log" | tr '\n' ' ')"
+		log "$fg_note"
+		fg_port=""
+		return 1
+	fi
+}
+fg_store=${FG_STORE:-redis}
 fg_port=""
 fg_note=""
 if go build -o "$work/floodgate" ./cmd/floodgate >"$work/fg-build.log" 2>&1; then
-	fg_port=$(free_port)
-	log "starting floodgate serve on 127.0.0.1:$fg_port (gRPC), $fg_store store"
-	timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
-		--http "127.0.0.1:$(free_port)" --grpc "127.0.0.1:$fg_port" \
-		--envoy-config-dir "$work/envoy" >"$work/fg.log" 2>&1 &
-	pids+=($!)
-	if ! wait_port "$fg_port" 30; then
-		fg_note="floodgate serve did not start: $(tail -3 "$work/fg.log" | tr '\n' ' ')"
-		log "$fg_note"
-		fg_port=""
+	if ! start_floodgate "$fg_store" && [[ $fg_store == redis ]]; then
+		# Until the Redis store is available, compare against the memory
+		# store, and say so in the table.
+		fg_store=memory
+		start_floodgate memory || true
 	fi
 else
 	fg_note="floodgate could not be built: $(tail -3 "$work/fg-build.log" | tr '\n' ' ')"
