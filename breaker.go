@@ -29,7 +29,15 @@ const (
 
 // String returns "closed", "open" or "half_open".
 func (s BreakerState) String() string {
-	return [...]string{"closed", "open", "half_open"}[s]
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerOpen:
+		return "open"
+	case BreakerHalfOpen:
+		return "half_open"
+	}
+	return "unknown"
 }
 
 // breaker is a consecutive-failure circuit breaker. It is lock-free: the hot
