@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // progress writes the live progress line of a run from its own goroutine.
@@ -96,8 +97,9 @@ func (p *progress) line(now time.Time, final bool) {
 		formatDuration(p.scratch.Quantile(0.5)), formatDuration(p.scratch.Quantile(0.99)))
 	if p.tty {
 		// Rewrite the line in place, blanking what a longer one left.
-		pad := max(p.lastWidth-len(s), 0)
-		p.lastWidth = len(s)
+		width := utf8.RuneCountInString(s)
+		pad := max(p.lastWidth-width, 0)
+		p.lastWidth = width
 		s = "\r" + s + strings.Repeat(" ", pad)
 	} else {
 		s += "\n"
@@ -106,7 +108,8 @@ func (p *progress) line(now time.Time, final bool) {
 }
 
 // isTerminal reports whether w is a character device such as a terminal.
-func isTerminal(w io.Writer) bool {
+// It is a variable so that tests can pretend.
+var isTerminal = func(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -337,5 +338,29 @@ func TestHTTPErrorStatus(t *testing.T) {
 		if !strings.Contains(b.String(), part) {
 			t.Errorf("summary lacks %q:\n%s", part, b.String())
 		}
+	}
+}
+
+func TestProgressOnATerminalRewritesOneLine(t *testing.T) {
+	defer func(f func(io.Writer) bool) { isTerminal = f }(isTerminal)
+	isTerminal = func(io.Writer) bool { return true }
+	srv := checkServer(t, &every3rd{})
+	var out bytes.Buffer
+	_, err := Run(t.Context(), Config{
+		Target: HTTP, Addr: srv.URL, Concurrency: 2, Duration: 250 * time.Millisecond,
+		Progress: &out, ProgressInterval: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if n := strings.Count(got, "\r"); n < 3 {
+		t.Errorf("got %d carriage returns, want ≥ 3: %q", n, got)
+	}
+	if !strings.HasSuffix(got, "\n") || strings.Count(got, "\n") != 1 {
+		t.Errorf("want exactly one newline, at the end: %q", got)
+	}
+	if !strings.Contains(got, "\rdone ") {
+		t.Errorf("no final line: %q", got)
 	}
 }
