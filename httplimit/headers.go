@@ -3,7 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -27,6 +26,16 @@ const (
 	HeaderLimit     = "X-RateLimit-Limit"
 	HeaderRemaining = "X-RateLimit-Remaining"
 	HeaderReset     = "X-RateLimit-Reset"
+)
+
+// Canonical forms of the header names, as keys of an http.Header (the wire
+// is case-insensitive; http.Header.Get finds these).
+var (
+	keyPolicy    = http.CanonicalHeaderKey(HeaderRateLimitPolicy)
+	keyRateLimit = http.CanonicalHeaderKey(HeaderRateLimit)
+	keyLimit     = http.CanonicalHeaderKey(HeaderLimit)
+	keyRemaining = http.CanonicalHeaderKey(HeaderRemaining)
+	keyReset     = http.CanonicalHeaderKey(HeaderReset)
 )
 
 // ProblemQuotaExceeded is the RFC 9457 problem type of denied requests,
@@ -67,17 +76,38 @@ func ceilSecondsOrZero(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+// Quota formats a limiter's decisions as the values of the RateLimit-Policy
+// and RateLimit fields, for transports other than this package's middleware
+// (grpclimit sends them as metadata). It is safe for concurrent use.
+type Quota struct {
+	policies map[string]policy
+}
 
-// writeQuota adds the RateLimit-Policy and RateLimit items of every applied
-// rule of d to h, after any a middleware further out has written.
-func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
+// NewQuota returns the formatter for decisions of l.
+func NewQuota(l *floodgate.Limiter) *Quota {
+	q := &Quota{policies: make(map[string]policy)}
+	for _, r := range l.Rules() {
+		q.policies[r.Name] = policyOf(r)
+	}
+	return q
+}
+
+// Format returns the RateLimit-Policy and RateLimit values for d, one item
+// per applied rule: "per-user";q=20;w=1 and "per-user";r=7;t=1. Both are ""
+// when no rule applied.
+func (q *Quota) Format(d *floodgate.Decision) (policy, limit string) {
 	rules := d.Rules()
 	if len(rules) == 0 {
-		return
+		return "", ""
 	}
-	bp := bufs.Get().(*[]byte)
-	b := (*bp)[:0]
+	var buf [256]byte
+	b := q.appendPolicy(buf[:0], rules)
+	policy = string(b)
+	b = appendLimit(b[:0], rules)
+	return policy, string(b)
+}
+
+func (q *Quota) appendPolicy(b []byte, rules []floodgate.RuleDecision) []byte {
 	for i := range rules {
 		r := &rules[i]
 		if i > 0 {
@@ -86,7 +116,7 @@ func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
 		b = appendName(b, r.Name)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, r.Limit, 10)
-		p := m.policies[r.Name]
+		p := q.policies[r.Name]
 		if p.unit != "" {
 			b = append(b, `;qu="`...)
 			b = append(b, p.unit...)
@@ -97,8 +127,10 @@ func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
 			b = strconv.AppendInt(b, p.window, 10)
 		}
 	}
-	h[HeaderRateLimitPolicy] = append(h[HeaderRateLimitPolicy], string(b))
-	b = b[:0]
+	return b
+}
+
+func appendLimit(b []byte, rules []floodgate.RuleDecision) []byte {
 	for i := range rules {
 		r := &rules[i]
 		if i > 0 {
@@ -110,20 +142,31 @@ func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, ceilSecondsOrZero(r.ResetAfter), 10)
 	}
-	h[HeaderRateLimit] = append(h[HeaderRateLimit], string(b))
-	*bp = b
-	bufs.Put(bp)
+	return b
+}
+
+// writeQuota adds the RateLimit-Policy and RateLimit items of every applied
+// rule of d to h, after any a middleware further out has written.
+func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
+	if pol, lim := m.quotaFmt.Format(d); pol != "" {
+		h[keyPolicy] = append(h[keyPolicy], pol)
+		h[keyRateLimit] = append(h[keyRateLimit], lim)
+	}
 	if m.legacy {
-		h[HeaderLimit] = []string{strconv.FormatInt(d.Limit, 10)}
-		h[HeaderRemaining] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
+		h[keyLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+		h[keyRemaining] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
 		reset := m.clock.Now().Add(d.ResetAfter)
 		secs := reset.Unix()
 		if reset.Nanosecond() > 0 {
 			secs++
 		}
-		h[HeaderReset] = []string{strconv.FormatInt(secs, 10)}
+		h[keyReset] = []string{strconv.FormatInt(secs, 10)}
 	}
 }
+
+// RetryAfterSeconds is the Retry-After value of a wait d: whole seconds,
+// rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) int64 { return ceilSeconds(d) }
 
 // appendName appends a rule name as a structured-field String. Rule names
 // hold only letters, digits, '.', '_' and '-', so nothing needs escaping.

@@ -133,7 +133,7 @@ type Middleware struct {
 	quota         bool
 	legacy        bool
 	clock         floodgate.Clock
-	policies      map[string]policy
+	quotaFmt      *Quota
 	leases        map[string]bool // rules whose units are leases (Concurrency)
 	pool          sync.Pool       // floodgate.Attributes
 }
@@ -165,7 +165,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 		quota:         !opts.OmitQuotaHeaders,
 		legacy:        opts.LegacyHeaders,
 		clock:         opts.Clock,
-		policies:      make(map[string]policy),
+		quotaFmt:      NewQuota(l),
 		leases:        make(map[string]bool),
 	}
 	where := fmt.Sprintf("httplimit: limiter %q", l.Name())
@@ -201,7 +201,6 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 		m.attrs = append(m.attrs, namedKey{name, f})
 	}
 	for _, r := range l.Rules() {
-		m.policies[r.Name] = policyOf(r)
 		m.leases[r.Name] = r.Algorithm == floodgate.Concurrency
 		if r.KeyFunc != nil {
 			continue
@@ -275,7 +274,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			h.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
 		}
 		if m.onLimited != nil {
-			st := &state{decision: &d}
+			st := &state{decision: heapCopy(&d)}
 			m.onLimited.ServeHTTP(w, r.WithContext(withState(ctx, st, false)))
 			return
 		}
@@ -288,7 +287,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	switch {
 	case m.chargeAfter:
-		st := &state{decision: &d}
+		st := &state{decision: heapCopy(&d)}
 		defer func() {
 			if n := st.cost.Load(); n > 0 {
 				m.limiter.Record(context.WithoutCancel(ctx), attrs, n)
@@ -296,6 +295,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}()
 		next.ServeHTTP(w, r.WithContext(withState(ctx, st, true)))
 	case m.count != CountAll:
+		dc := heapCopy(&d)
 		sw := &statusWriter{ResponseWriter: w}
 		done := false
 		defer func() {
@@ -305,12 +305,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 			failed := m.failed(status)
 			all := failed == (m.count == CountSuccesses)
-			m.refund(ctx, &d, all)
+			m.refund(ctx, dc, all)
 		}()
 		next.ServeHTTP(sw, r)
 		done = true
 	case m.holdsLease(&d):
-		defer m.refund(ctx, &d, false)
+		defer m.refund(ctx, heapCopy(&d), false)
 		next.ServeHTTP(w, r)
 	default:
 		next.ServeHTTP(w, r)
@@ -342,6 +342,14 @@ func (m *Middleware) holdsLease(d *floodgate.Decision) bool {
 		}
 	}
 	return false
+}
+
+// heapCopy copies a decision that must outlive the stack frame, so that the
+// common path keeps its own on the stack.
+func heapCopy(d *floodgate.Decision) *floodgate.Decision {
+	c := new(floodgate.Decision)
+	*c = *d
+	return c
 }
 
 func (m *Middleware) release(attrs floodgate.Attributes) {

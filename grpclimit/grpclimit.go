@@ -1,0 +1,300 @@
+// Package grpclimit is floodgate's gRPC server middleware: unary and stream
+// interceptors that ask a limiter about every call.
+//
+// A denied call fails with codes.ResourceExhausted. Its status carries an
+// errdetails.RetryInfo (the exact wait, so retrying then succeeds) and an
+// errdetails.QuotaFailure naming the violated rules, and its header and
+// trailer metadata carry the same values the HTTP middleware sends as
+// headers: "ratelimit-policy", "ratelimit" and "retry-after" (whole
+// seconds). Admitted calls get "ratelimit-policy" and "ratelimit" in their
+// header metadata. When the store fails, a FailOpen limiter lets calls
+// through and a FailClosed one fails them with codes.Unavailable and a
+// RetryInfo.
+//
+// A stream is one call: it is limited when it opens. Concurrency rules have
+// their lease released when the handler returns.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/clientip"
+	"github.com/floodgate-go/floodgate/httplimit"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Metadata keys of the quota values.
+const (
+	MetadataRateLimitPolicy = "ratelimit-policy"
+	MetadataRateLimit       = "ratelimit"
+	MetadataRetryAfter      = "retry-after"
+)
+
+// A KeyFunc returns the value of one call attribute from the call's context
+// (which holds its peer and incoming metadata) and its full method name
+// ("/pkg.Service/Method"). "" means the call has no such attribute: rules
+// keyed on it are skipped.
+type KeyFunc func(ctx context.Context, fullMethod string) string
+
+var peerOnly = clientip.MustNew(nil)
+
+// PeerIP keys on the caller's address as res resolves it, from the socket
+// peer and, when res trusts the peer as a proxy, the forwarding metadata
+// ("x-forwarded-for" or "forwarded"). A nil res uses the socket peer only.
+// IPv6 callers are bucketed to res's prefix (/64 by default).
+func PeerIP(res *clientip.Resolver) KeyFunc {
+	if res == nil {
+		res = peerOnly
+	}
+	return func(ctx context.Context, _ string) string {
+		p, ok := peer.FromContext(ctx)
+		if !ok || p.Addr == nil {
+			return ""
+		}
+		md, _ := metadata.FromIncomingContext(ctx)
+		return res.Resolve(peerAddr(p.Addr), mdHeaders(md)).Key
+	}
+}
+
+func peerAddr(a net.Addr) netip.Addr {
+	if t, ok := a.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(t.IP)
+		return ip
+	}
+	ip, _ := clientip.ParseAddr(a.String())
+	return ip
+}
+
+// mdHeaders lets the resolver read forwarding headers from gRPC metadata.
+type mdHeaders metadata.MD
+
+func (m mdHeaders) Values(name string) []string { return metadata.MD(m).Get(name) }
+
+// Metadata keys on the first value of the incoming metadata key, such as an
+// API key ("x-api-key").
+func Metadata(key string) KeyFunc {
+	return func(ctx context.Context, _ string) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(key); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+}
+
+// Method keys on the full method name, for per-method limits.
+func Method() KeyFunc {
+	return func(_ context.Context, fullMethod string) string { return fullMethod }
+}
+
+// FromContext keys on a value an earlier interceptor put in the context,
+// such as the authenticated user.
+func FromContext(f func(ctx context.Context) string) KeyFunc {
+	return func(ctx context.Context, _ string) string { return f(ctx) }
+}
+
+// Options configure an Interceptor.
+type Options struct {
+	// Attributes name the call attributes the limiter's rules are keyed on,
+	// each with the KeyFunc that extracts it. Every attribute a rule lists
+	// in Rule.Key must be here.
+	Attributes map[string]KeyFunc
+	// OmitQuotaMetadata leaves "ratelimit-policy" and "ratelimit" out of
+	// the metadata.
+	OmitQuotaMetadata bool
+}
+
+// Interceptor limits gRPC calls with a floodgate.Limiter. It is safe for
+// concurrent use.
+type Interceptor struct {
+	limiter *floodgate.Limiter
+	attrs   []namedKey
+	quota   *httplimit.Quota
+	noQuota bool
+	leases  map[string]bool
+	pool    sync.Pool
+}
+
+type namedKey struct {
+	name string
+	f    KeyFunc
+}
+
+// New returns an interceptor that limits calls with l. It returns an error
+// for a nil limiter, a nil KeyFunc, or a rule keyed on an attribute that no
+// KeyFunc supplies.
+func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
+	if l == nil {
+		return nil, errors.New("grpclimit: New: limiter must not be nil")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	in := &Interceptor{limiter: l, quota: httplimit.NewQuota(l), noQuota: opts.OmitQuotaMetadata, leases: map[string]bool{}}
+	for name, f := range opts.Attributes {
+		if name == "" || f == nil {
+			return nil, fmt.Errorf("grpclimit: limiter %q: attribute %q needs a name and a KeyFunc", l.Name(), name)
+		}
+		in.attrs = append(in.attrs, namedKey{name, f})
+	}
+	for _, r := range l.Rules() {
+		in.leases[r.Name] = r.Algorithm == floodgate.Concurrency
+		if r.KeyFunc != nil {
+			continue
+		}
+		for _, a := range r.Key {
+			if opts.Attributes[a] == nil {
+				return nil, fmt.Errorf("grpclimit: limiter %q: rule %q is keyed on attribute %q, which no KeyFunc in Options.Attributes supplies", l.Name(), r.Name, a)
+			}
+		}
+	}
+	n := len(in.attrs)
+	in.pool.New = func() any { return make(floodgate.Attributes, n) }
+	return in, nil
+}
+
+// Unary returns the unary server interceptor, for grpc.ChainUnaryInterceptor.
+func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		release, err := in.admit(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) },
+			func(md metadata.MD) error { return grpc.SetTrailer(ctx, md) })
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor, for
+// grpc.ChainStreamInterceptor. The stream is limited once, when it opens.
+func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		release, err := in.admit(ss.Context(), info.FullMethod, ss.SetHeader, func(md metadata.MD) error { ss.SetTrailer(md); return nil })
+		if err != nil {
+			return err
+		}
+		defer release()
+		return handler(srv, ss)
+	}
+}
+
+func noop() {}
+
+// admit decides the call. It returns the status error of a refused call, or
+// the function to run when the admitted call ends.
+func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (func(), error) {
+	attrs := in.pool.Get().(floodgate.Attributes)
+	for _, a := range in.attrs {
+		if v := a.f(ctx, method); v != "" {
+			attrs[a.name] = v
+		}
+	}
+	d := in.limiter.Allow(ctx, attrs)
+	clear(attrs)
+	in.pool.Put(attrs)
+
+	if d.Reason == floodgate.ReasonStore {
+		if d.Allowed {
+			return noop, nil
+		}
+		secs := httplimit.RetryAfterSeconds(d.RetryAfter)
+		md := metadata.Pairs(MetadataRetryAfter, strconv.FormatInt(secs, 10))
+		setHeader(md)
+		setTrailer(md)
+		return nil, withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Duration(secs)*time.Second, nil)
+	}
+	var md metadata.MD
+	if !in.noQuota {
+		if pol, lim := in.quota.Format(&d); pol != "" {
+			md = metadata.Pairs(MetadataRateLimitPolicy, pol, MetadataRateLimit, lim)
+		}
+	}
+	if d.Allowed {
+		if md != nil {
+			setHeader(md)
+		}
+		if t := in.leaseTicket(&d); t.Valid() {
+			return func() { in.limiter.Refund(context.WithoutCancel(ctx), t) }, nil
+		}
+		return noop, nil
+	}
+	if md == nil {
+		md = metadata.MD{}
+	}
+	var wait time.Duration
+	msg := "rate limit exceeded"
+	if d.Never {
+		msg = "rate limit exceeded: the call costs more than the limit can ever admit"
+	} else {
+		secs := httplimit.RetryAfterSeconds(d.RetryAfter)
+		md.Set(MetadataRetryAfter, strconv.FormatInt(secs, 10))
+		wait = d.RetryAfter
+	}
+	setHeader(md)
+	setTrailer(md)
+	qf := &errdetails.QuotaFailure{}
+	for _, r := range d.Rules() {
+		if !r.Allowed && !r.Shadow {
+			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+				Subject:     in.limiter.Name() + "/" + r.Name,
+				Description: fmt.Sprintf("limit %d per rule window exceeded", r.Limit),
+			})
+		}
+	}
+	return nil, withRetry(status.New(codes.ResourceExhausted, msg), wait, qf)
+}
+
+// leaseTicket returns the part of d's ticket that holds Concurrency leases.
+func (in *Interceptor) leaseTicket(d *floodgate.Decision) floodgate.Ticket {
+	held := false
+	for _, r := range d.Rules() {
+		held = held || in.leases[r.Name] && r.Allowed
+	}
+	if !held {
+		return floodgate.Ticket{}
+	}
+	t := d.Ticket()
+	kept := t.Entries[:0]
+	for _, e := range t.Entries {
+		if in.leases[e.Rule] {
+			kept = append(kept, e)
+		}
+	}
+	t.Entries = kept
+	return t
+}
+
+// withRetry adds the retry delay (when positive) and the quota failure (when
+// set) to st and returns its error.
+func withRetry(st *status.Status, wait time.Duration, qf *errdetails.QuotaFailure) error {
+	var details []protoadapt.MessageV1
+	if wait > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
+	}
+	if qf != nil && len(qf.Violations) > 0 {
+		details = append(details, qf)
+	}
+	if len(details) == 0 {
+		return st.Err()
+	}
+	if ds, err := st.WithDetails(details...); err == nil {
+		st = ds
+	}
+	return st.Err()
+}

@@ -1,0 +1,275 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/clientip"
+	"github.com/floodgate-go/floodgate/store/memory"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+var epoch = time.Unix(1_800_000_000, 0)
+
+// serve starts a real gRPC server on a loopback port serving the health
+// service (unary Check, streaming Watch) behind the interceptors, and
+// returns a client.
+func serve(t *testing.T, in *Interceptor) healthpb.HealthClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func newLimiter(t *testing.T, rules []floodgate.Rule) (*floodgate.Limiter, *floodgate.ManualClock, *memory.Store) {
+	t.Helper()
+	clock := floodgate.NewManualClock(epoch)
+	store := memory.New(&memory.Options{SweepInterval: -1})
+	t.Cleanup(func() { store.Close() })
+	lim, err := floodgate.New("rpc", store, rules, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lim, clock, store
+}
+
+func mustNew(t *testing.T, lim *floodgate.Limiter, opts *Options) *Interceptor {
+	t.Helper()
+	in, err := New(lim, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func retryDelay(t *testing.T, err error) time.Duration {
+	t.Helper()
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.RetryDelay.AsDuration()
+		}
+	}
+	t.Fatalf("no RetryInfo in %v", err)
+	return 0
+}
+
+func TestUnaryDeniedWithRetryInfo(t *testing.T) {
+	lim, clock, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "per-ip", Algorithm: floodgate.GCRA, Limit: 2, Window: 3 * time.Second, Key: []string{"ip"}},
+	})
+	client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}}))
+	ctx := context.Background()
+	for i, want := range []string{`"per-ip";r=1;t=2`, `"per-ip";r=0;t=3`} {
+		var hdr metadata.MD
+		if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got := strings.Join(hdr.Get(MetadataRateLimit), ""); got != want {
+			t.Errorf("call %d: ratelimit = %q, want %q", i, got, want)
+		}
+		if got := strings.Join(hdr.Get(MetadataRateLimitPolicy), ""); got != `"per-ip";q=2;w=3` {
+			t.Errorf("ratelimit-policy = %q", got)
+		}
+	}
+	var hdr, trl metadata.MD
+	_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&trl))
+	if got := status.Code(err); got != codes.ResourceExhausted {
+		t.Fatalf("code = %v, want ResourceExhausted", got)
+	}
+	wait := retryDelay(t, err)
+	if wait != 1500*time.Millisecond {
+		t.Errorf("RetryInfo delay = %v, want 1.5s", wait)
+	}
+	for _, md := range []metadata.MD{hdr, trl} {
+		if got := strings.Join(md.Get(MetadataRetryAfter), ""); got != "2" {
+			t.Errorf("retry-after = %q, want 2", got)
+		}
+		if got := strings.Join(md.Get(MetadataRateLimit), ""); got != `"per-ip";r=0;t=3` {
+			t.Errorf("ratelimit = %q", got)
+		}
+	}
+	var violated []string
+	for _, d := range status.Convert(err).Details() {
+		if qf, ok := d.(*errdetails.QuotaFailure); ok {
+			for _, v := range qf.Violations {
+				violated = append(violated, v.Subject)
+			}
+		}
+	}
+	if strings.Join(violated, ",") != "rpc/per-ip" {
+		t.Errorf("QuotaFailure subjects = %v", violated)
+	}
+	clock.Advance(wait) // the exact delay is enough
+	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("retry after RetryInfo delay: %v", err)
+	}
+}
+
+func TestStreamLimitedWhenOpened(t *testing.T) {
+	lim, _, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "streams", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"ip"}},
+	})
+	client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}}))
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Recv(); err != nil {
+		t.Fatalf("first stream: %v", err)
+	}
+	second, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = second.Recv()
+	if got := status.Code(err); got != codes.ResourceExhausted {
+		t.Fatalf("second concurrent stream: %v, want ResourceExhausted", err)
+	}
+	hdr, _ := second.Header()
+	if got := strings.Join(hdr.Get(MetadataRateLimitPolicy), ""); got != `"streams";q=1;qu="concurrent-requests"` {
+		t.Errorf("ratelimit-policy = %q", got)
+	}
+	cancel() // the first stream ends: its lease is released
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		third, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+		if err == nil {
+			if _, err = third.Recv(); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease never released: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond) // the server sees the cancellation asynchronously
+	}
+}
+
+func TestMetadataKeys(t *testing.T) {
+	lim, _, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "per-key", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"key", "method"}},
+	})
+	client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"key": Metadata("x-api-key"), "method": Method()}}))
+	call := func(key string) codes.Code {
+		ctx := context.Background()
+		if key != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+		}
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		return status.Code(err)
+	}
+	if a, b, c := call("k1"), call("k2"), call("k1"); a != codes.OK || b != codes.OK || c != codes.ResourceExhausted {
+		t.Errorf("k1, k2, k1 = %v, %v, %v", a, b, c)
+	}
+	if a, b := call(""), call(""); a != codes.OK || b != codes.OK {
+		t.Errorf("no key (rule skipped) = %v, %v", a, b)
+	}
+}
+
+// Forwarding metadata counts only from a trusted proxy, and IPv6 callers
+// share their /64's bucket.
+func TestPeerIPForwarded(t *testing.T) {
+	lim, _, store := newLimiter(t, []floodgate.Rule{
+		{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"ip"}},
+	})
+	call := func(client healthpb.HealthClient, xff string) codes.Code {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", xff)
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		return status.Code(err)
+	}
+	untrusted := clientip.MustNew(&clientip.Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(untrusted)}}))
+	for i := range 50 {
+		call(client, netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}).String())
+	}
+	if n := store.Len(); n != 1 {
+		t.Errorf("spoofed metadata made %d keys, want 1", n)
+	}
+
+	lim2, _, store2 := newLimiter(t, []floodgate.Rule{
+		{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"ip"}},
+	})
+	trusted := clientip.MustNew(&clientip.Options{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	client = serve(t, mustNew(t, lim2, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(trusted)}}))
+	got := []codes.Code{call(client, "2001:db8:5:6::1"), call(client, "6.6.6.6, 2001:db8:5:6::2"), call(client, "2001:db8:5:6:ffff::3"), call(client, "2001:db8:5:7::1")}
+	want := []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted, codes.OK}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("call %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+	if n := store2.Len(); n != 2 {
+		t.Errorf("store holds %d keys, want 2 (/64 buckets)", n)
+	}
+}
+
+type failingStore struct{}
+
+func (failingStore) Apply(context.Context, *floodgate.Batch) error { return errors.New("down") }
+
+func TestStoreFailure(t *testing.T) {
+	for _, tt := range []struct {
+		policy floodgate.FailurePolicy
+		want   codes.Code
+	}{{floodgate.FailClosed, codes.Unavailable}, {floodgate.FailOpen, codes.OK}} {
+		lim, err := floodgate.New("rpc", failingStore{}, []floodgate.Rule{
+			{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"ip"}},
+		}, &floodgate.Options{FailurePolicy: tt.policy, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}}))
+		var hdr metadata.MD
+		_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+		if got := status.Code(err); got != tt.want {
+			t.Errorf("%v: code %v, want %v", tt.policy, got, tt.want)
+		}
+		if len(hdr.Get(MetadataRateLimit)) != 0 {
+			t.Errorf("%v: quota metadata on a store failure", tt.policy)
+		}
+		if tt.want == codes.Unavailable && retryDelay(t, err) < time.Second {
+			t.Errorf("retry delay under 1s")
+		}
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	lim, _, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"ip"}},
+	})
+	if _, err := New(nil, nil); err == nil {
+		t.Error("nil limiter accepted")
+	}
+	if _, err := New(lim, nil); err == nil || !strings.Contains(err.Error(), `attribute "ip"`) {
+		t.Errorf("missing attribute: %v", err)
+	}
+	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": nil}}); err == nil {
+		t.Error("nil KeyFunc accepted")
+	}
+}
