@@ -184,7 +184,8 @@ type leaf struct {
 	path      string // the descriptor path, as the reference names it: key_value.key
 	rule      string // the floodgate rule name
 	index     int    // position in the domain's rules, -1 when not a rule
-	line      int
+	field     string // where the rate_limit block is, e.g. descriptors[0].rate_limit
+	line, col int
 	unlimited bool
 	shadow    bool
 	name      string
@@ -238,8 +239,11 @@ func newDomain(f *File) (*domain, error) {
 	if errors.As(err, &ce) {
 		for _, l := range d.leaves {
 			if l.rule == ce.Rule {
-				return nil, &ConfigError{File: f.Name, Line: l.line, Column: 1, Field: "rate_limit",
-					Reason: fmt.Sprintf("descriptor %s: %s: %s", l.path, ce.Field, ce.Reason)}
+				field := map[string]string{"limit": "requests_per_unit", "window": "unit", "burst": "floodgate.burst"}[ce.Field]
+				if field == "" {
+					field = ce.Field
+				}
+				return nil, &ConfigError{File: f.Name, Line: l.line, Column: l.col, Field: l.field + "." + field, Reason: ce.Reason}
 			}
 		}
 		return nil, &ConfigError{File: f.Name, Line: f.line, Column: 1, Field: "domain", Reason: ce.Reason}

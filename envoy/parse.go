@@ -56,7 +56,7 @@ func ParseFile(name string, data []byte) (f *File, err error) {
 		return nil, &ConfigError{File: name, Field: "domain", Reason: "empty file: want a domain"}
 	}
 	root := doc.Content[0]
-	if !p.mapping(root, "") {
+	if !p.mapping(&root, "") {
 		return nil, p.err()
 	}
 	var descs *yaml.Node
@@ -91,9 +91,13 @@ func newNode() *node {
 }
 
 type parser struct {
-	file string
-	errs []error
+	file  string
+	errs  []error
+	nodes int // descriptors read, against aliases that multiply them
 }
+
+// maxDescriptors bounds the descriptors of one file.
+const maxDescriptors = 100_000
 
 func (p *parser) err() error { return errors.Join(p.errs...) }
 
@@ -113,11 +117,19 @@ func join(path, key string) string {
 	return path + "." + key
 }
 
-// mapping checks that n is a mapping without repeated keys.
-func (p *parser) mapping(n *yaml.Node, field string) bool {
-	if n.Kind == yaml.AliasNode {
+// deref resolves an alias to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
 		n = n.Alias
 	}
+	return n
+}
+
+// mapping checks that *np is a mapping without repeated keys, resolving
+// an alias in place.
+func (p *parser) mapping(np **yaml.Node, field string) bool {
+	n := deref(*np)
+	*np = n
 	if n.Kind != yaml.MappingNode {
 		p.fail(n, field, "want a mapping, got %s", kindName(n))
 		return false
@@ -156,6 +168,7 @@ func kindName(n *yaml.Node) string {
 }
 
 func (p *parser) scalar(n *yaml.Node, field string) bool {
+	n = deref(n)
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		p.fail(n, field, "want a value, got %s", kindName(n))
 		return false
@@ -167,13 +180,14 @@ func (p *parser) str(n *yaml.Node, field string) string {
 	if !p.scalar(n, field) {
 		return ""
 	}
-	return n.Value
+	return deref(n).Value
 }
 
 func (p *parser) boolean(n *yaml.Node, field string) bool {
 	if !p.scalar(n, field) {
 		return false
 	}
+	n = deref(n)
 	v, err := strconv.ParseBool(n.Value)
 	if err != nil || n.Tag != "!!bool" {
 		p.fail(n, field, "want true or false, got %q", n.Value)
@@ -186,6 +200,7 @@ func (p *parser) uint(n *yaml.Node, field string, bits int) uint64 {
 	if !p.scalar(n, field) {
 		return 0
 	}
+	n = deref(n)
 	v, err := strconv.ParseUint(n.Value, 10, bits)
 	if err != nil {
 		p.fail(n, field, "want a whole number from 0 to %d, got %q", uint64(1)<<bits-1, n.Value)
@@ -196,6 +211,7 @@ func (p *parser) uint(n *yaml.Node, field string, bits int) uint64 {
 
 // descriptors loads a descriptor list into parent's children.
 func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath string) {
+	list = deref(list)
 	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
 		return
 	}
@@ -206,7 +222,13 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 	composite := map[string]*yaml.Node{}
 	for i, item := range list.Content {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if !p.mapping(item, f) {
+		if p.nodes++; p.nodes > maxDescriptors {
+			if p.nodes == maxDescriptors+1 {
+				p.fail(item, f, "more than %d descriptors", maxDescriptors)
+			}
+			return
+		}
+		if !p.mapping(&item, f) {
 			continue
 		}
 		var key, value string
@@ -283,10 +305,10 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 
 // rateLimit loads a rate_limit block.
 func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
-	if !p.mapping(n, field) {
+	if !p.mapping(&n, field) {
 		return nil
 	}
-	l := &leaf{path: path, index: -1, line: n.Line, algorithm: floodgate.FixedWindow}
+	l := &leaf{path: path, field: field, index: -1, line: n.Line, col: n.Column, algorithm: floodgate.FixedWindow}
 	var unitNode, nameNode, extNode, rpuNode *yaml.Node
 	var unit string
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -349,13 +371,14 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
 }
 
 func (p *parser) replaces(l *leaf, v *yaml.Node, field string) {
+	v = deref(v)
 	if v.Kind != yaml.SequenceNode {
 		p.fail(v, field, "want a list of {name: ...}, got %s", kindName(v))
 		return
 	}
 	for i, item := range v.Content {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if !p.mapping(item, f) {
+		if !p.mapping(&item, f) {
 			continue
 		}
 		name := ""
@@ -377,7 +400,7 @@ func (p *parser) replaces(l *leaf, v *yaml.Node, field string) {
 
 // extension loads floodgate's extension block of a rate_limit.
 func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
-	if !p.mapping(n, field) {
+	if !p.mapping(&n, field) {
 		return
 	}
 	var burstNode *yaml.Node
