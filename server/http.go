@@ -203,7 +203,7 @@ func jsonError(err error, limit int64) *httpError {
 			want = "an object of string values"
 		}
 		field := typ.Field
-		if strings.HasPrefix(field, "attributes.") {
+		if field == "attributes" || strings.HasPrefix(field, "attributes.") {
 			field = "attributes"
 			want = "an object of string values"
 		}

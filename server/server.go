@@ -83,6 +83,9 @@ type Server struct {
 	Gatherer   prometheus.Gatherer
 	// Logger receives the service's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Clock is the limiters' clock; nil means the system clock. Tests set
+	// a floodgate.ManualClock.
+	Clock floodgate.Clock
 	// GRPCServices register further services (such as Envoy's rate limit
 	// API) on the gRPC server before it starts.
 	GRPCServices []func(grpc.ServiceRegistrar)
@@ -315,6 +318,7 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		l, err := cl.New(s.store, floodgate.Options{
 			Observer: s.metrics.observe,
 			Logger:   s.Logger,
+			Clock:    s.Clock,
 		})
 		if err != nil {
 			return nil, err
