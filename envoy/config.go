@@ -197,6 +197,7 @@ type leaf struct {
 	window     time.Duration
 	algorithm  floodgate.Algorithm
 	burst      int64
+	override   bool // a limit Envoy supplied in the request
 }
 
 // capacity is the most units the leaf's rule can hold.

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"math"
+	"strconv"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -11,15 +12,27 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// decideDomain decides a request to an Envoy-format domain; l is the
-// domain's limiter (nil when it has no finite limits).
-func (s *Service) decideDomain(ctx context.Context, d *domain, l *floodgate.Limiter, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) {
+// decideDomain decides a request to an Envoy-format domain.
+func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) error {
 	n := len(req.Descriptors)
 	leaves := make([]*leaf, n)
 	keys := make([]string, n)
+	limiters := make([]*floodgate.Limiter, n)
 	var replaced map[string]bool
 	for i, desc := range req.Descriptors {
-		lf, key := d.match(desc.GetEntries())
+		var lf *leaf
+		var key string
+		if ov := desc.GetLimit(); ov != nil {
+			// Envoy supplied the limit: the tree is not consulted.
+			var err error
+			if lf, limiters[i], err = s.override(st, d, ov); err != nil {
+				return err
+			}
+			key = counterKey(desc.GetEntries(), nil)
+		} else {
+			lf, key = d.match(desc.GetEntries())
+			limiters[i] = st.limiters[d.name]
+		}
 		leaves[i], keys[i] = lf, key
 		if lf != nil && len(lf.replaces) > 0 {
 			if replaced == nil {
@@ -51,19 +64,22 @@ func (s *Service) decideDomain(ctx context.Context, d *domain, l *floodgate.Limi
 		if req.Descriptors[i].GetIsNegativeHits() {
 			c = 0 // giving units back has no floodgate form: check only
 		}
-		g := fit(groups, c, lf)
+		g := fit(groups, limiters[i], c, lf)
 		if g == nil {
-			g = &group{cost: c, attrs: make(floodgate.Attributes, 2)}
+			g = &group{l: limiters[i], cost: c, attrs: make(floodgate.Attributes, 2)}
 			groups = append(groups, g)
 		}
 		g.attrs[lf.rule] = keys[i]
+		if lf.override {
+			g.attrs[overrideLimitAttr] = strconv.FormatUint(uint64(lf.rpu), 10)
+		}
 		g.descs = append(g.descs, i)
 		g.leaves = append(g.leaves, lf)
 	}
 	if len(groups) == 0 {
-		return
+		return nil
 	}
-	run(ctx, l, groups, blocked)
+	run(ctx, groups, blocked)
 	for _, g := range groups {
 		rules := g.dec.Rules()
 		for j, i := range g.descs {
@@ -78,12 +94,13 @@ func (s *Service) decideDomain(ctx context.Context, d *domain, l *floodgate.Limi
 			resp.Statuses[i] = s.leafStatus(lf, rd, g)
 		}
 	}
+	return nil
 }
 
-// fit returns the group of cost c that does not yet hold lf, or nil.
-func fit(groups []*group, c int64, lf *leaf) *group {
+// fit returns the group of l and cost c that does not yet hold lf, or nil.
+func fit(groups []*group, l *floodgate.Limiter, c int64, lf *leaf) *group {
 	for _, g := range groups {
-		if g.cost != c {
+		if g.l != l || g.cost != c {
 			continue
 		}
 		if _, taken := g.attrs[lf.rule]; !taken {
@@ -159,9 +176,9 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 		if desc.GetIsNegativeHits() {
 			c = 0
 		}
-		groups[i] = &group{cost: c, attrs: attrs, descs: []int{i}}
+		groups[i] = &group{l: l, cost: c, attrs: attrs, descs: []int{i}}
 	}
-	run(ctx, l, groups, false)
+	run(ctx, groups, false)
 	var rules []floodgate.Rule
 	for i, g := range groups {
 		d := &g.dec

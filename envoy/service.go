@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -46,6 +47,9 @@ type Service struct {
 type state struct {
 	cfg      *Config
 	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
+
+	mu        sync.Mutex
+	overrides map[overrideKey]*floodgate.Limiter // built on demand; see override
 }
 
 // New returns a Service that decides with cfg (nil means no domains) and
@@ -141,7 +145,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	d := st.cfg.domains[req.Domain]
 	switch {
 	case d != nil:
-		s.decideDomain(ctx, d, st.limiters[req.Domain], req, resp)
+		if err := s.decideDomain(ctx, st, d, req, resp); err != nil {
+			return nil, err
+		}
 	case s.opts.Lookup != nil:
 		if l := s.opts.Lookup(req.Domain); l != nil {
 			s.decideLimiter(ctx, l, req, resp)
@@ -172,6 +178,7 @@ func cost(req *rlsv3.RateLimitRequest, i int) int64 {
 // group is one floodgate decision of a request: descriptors of one cost,
 // each limit at most once.
 type group struct {
+	l     *floodgate.Limiter
 	cost  int64 // 0 checks only
 	attrs floodgate.Attributes
 	descs []int // request descriptor indexes, parallel to leaves
@@ -183,15 +190,15 @@ type group struct {
 	refunded bool // the decision was admitted, then given back
 }
 
-// run decides the groups with l so that a request denied anywhere is
+// run decides the groups so that a request denied anywhere is
 // charged nowhere: checks first, then the charging groups in turn; after a
 // denial the rest are only checked, and what was taken is given back.
 // blocked says the request is already denied.
-func run(ctx context.Context, l *floodgate.Limiter, groups []*group, blocked bool) {
+func run(ctx context.Context, groups []*group, blocked bool) {
 	denied := blocked
 	for _, g := range groups {
 		if g.cost == 0 {
-			g.dec, _ = l.AllowN(ctx, g.attrs, 0) // cost 0 never errors
+			g.dec, _ = g.l.AllowN(ctx, g.attrs, 0) // cost 0 never errors
 			denied = denied || !g.dec.Allowed
 		}
 	}
@@ -201,10 +208,10 @@ func run(ctx context.Context, l *floodgate.Limiter, groups []*group, blocked boo
 			continue
 		}
 		if denied {
-			g.dec, _ = l.Peek(ctx, g.attrs, g.cost) // cost >= 1 never errors
+			g.dec, _ = g.l.Peek(ctx, g.attrs, g.cost) // cost >= 1 never errors
 			continue
 		}
-		g.dec, _ = l.AllowN(ctx, g.attrs, g.cost)
+		g.dec, _ = g.l.AllowN(ctx, g.attrs, g.cost)
 		if g.dec.Allowed {
 			taken = append(taken, g)
 			continue
@@ -213,7 +220,7 @@ func run(ctx context.Context, l *floodgate.Limiter, groups []*group, blocked boo
 		for _, t := range taken {
 			// A refund that fails leaves the limit stricter, and is
 			// logged by the limiter.
-			_ = l.Refund(ctx, t.dec.Ticket())
+			_ = t.l.Refund(ctx, t.dec.Ticket())
 			t.refunded = true
 		}
 		taken = nil

@@ -11,6 +11,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -395,5 +396,29 @@ func TestStoreFailure(t *testing.T) {
 		opts.Limiter.Logger = slog.New(slog.DiscardHandler)
 		h := start(t, loadEdge(t), brokenStore{}, opts)
 		h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), tc.code, want{tc.code, 3, minute, 0, 30 * time.Second})
+	}
+}
+
+// A descriptor's own limit (Envoy's limit override) replaces the tree.
+func TestLimitOverride(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	withLimit := func(rpu uint32, unit typev3.RateLimitUnit, kv ...string) *commonv3.RateLimitDescriptor {
+		d := desc(kv...)
+		d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
+		return d
+	}
+	for _, rem := range []uint32{1, 0} {
+		h.check(h.ask("edge", 0, withLimit(2, typev3.RateLimitUnit_MINUTE, "remote_address", "10.0.0.1")), ok, want{ok, 2, minute, rem, 30 * time.Second})
+	}
+	h.check(h.ask("edge", 0, withLimit(2, typev3.RateLimitUnit_MINUTE, "remote_address", "10.0.0.1")), over, want{over, 2, minute, 0, 30 * time.Second})
+	// Decided together with the tree's limits: over on the override charges nothing else.
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1"), withLimit(2, typev3.RateLimitUnit_MINUTE, "remote_address", "10.0.0.1")), over,
+		want{ok, 3, minute, 3, 30 * time.Second}, want{over, 2, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, withLimit(5, typev3.RateLimitUnit_HOUR, "anything", "x")), ok, want{ok, 5, hour, 4, 2790 * time.Second})
+	h.check(h.ask("edge", 0, withLimit(0, typev3.RateLimitUnit_SECOND, "anything", "x")), over, want{over, 0, second, 0, time.Second})
+	_, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{
+		Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{withLimit(1, typev3.RateLimitUnit_UNKNOWN, "a", "b")}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("unknown unit: %v, want InvalidArgument", err)
 	}
 }
