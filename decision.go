@@ -79,6 +79,8 @@ type RuleDecision struct {
 	stamp int64
 	took  bool // units were charged to this rule
 	rule  int  // index in the limiter's rules
+
+	burst int64 // the capacity charged under (TokenBucket, GCRA)
 }
 
 // Rules returns the applied rules' results in rule order. Rules skipped for
@@ -113,7 +115,7 @@ func (d *Decision) Ticket() Ticket {
 	t := Ticket{Limiter: d.limiter.name, ID: d.id, Cost: d.cost}
 	for _, r := range d.Rules() {
 		if r.took {
-			t.Entries = append(t.Entries, TicketEntry{Rule: r.Name, Key: r.key, Stamp: r.stamp})
+			t.Entries = append(t.Entries, TicketEntry{Rule: r.Name, Key: r.key, Stamp: r.stamp, Limit: r.Limit, Burst: r.burst})
 		}
 	}
 	return t

@@ -244,7 +244,7 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 		if c == nil {
 			continue // the rule was removed since: nothing to give back
 		}
-		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: e.Key, Params: c.params, Stamp: e.Stamp})
+		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: e.Key, Params: c.refundParams(e), Stamp: e.Stamp})
 	}
 	if len(b.Ops) == 0 {
 		return nil
@@ -299,6 +299,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: key, Params: p, Shadow: c.Shadow || l.shadow})
 		rd := d.ruleSlot()
 		rd.Name, rd.rule, rd.key, rd.Shadow, rd.Limit = c.Name, c.index, key, c.Shadow || l.shadow, p.Limit
+		rd.burst = p.Burst
 	}
 	switch {
 	case err != nil:

@@ -228,6 +228,19 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params,
 	return p, nil
 }
 
+// refundParams are the parameters a refund of e applies under: the limits
+// the units were charged with, when the ticket carries valid ones.
+func (c *compiledRule) refundParams(e TicketEntry) Params {
+	p := c.params
+	if e.Limit > 0 && checkExact(c.Rule, e.Limit, e.Burst) == "" {
+		p.Limit = e.Limit
+		if e.Burst > 0 && (p.Algorithm == TokenBucket || p.Algorithm == GCRA) {
+			p.Burst = e.Burst
+		}
+	}
+	return p
+}
+
 // defaultBucketsFor is the largest bucket count up to 60 that divides w into
 // whole microseconds.
 func defaultBucketsFor(w time.Duration) int64 {

@@ -25,6 +25,10 @@ type TicketEntry struct {
 	Rule  string
 	Key   string
 	Stamp int64
+	// Limit and Burst are the rule's limits for the charged request (after
+	// overrides and limit functions), so that the refund gives back what
+	// was taken; 0 means the rule's configured ones.
+	Limit, Burst int64
 }
 
 // Valid reports whether the ticket has anything to refund.
@@ -44,6 +48,8 @@ func (t Ticket) MarshalBinary() ([]byte, error) {
 		b = appendString(b, e.Rule)
 		b = appendString(b, e.Key)
 		b = binary.AppendVarint(b, e.Stamp)
+		b = binary.AppendVarint(b, e.Limit)
+		b = binary.AppendVarint(b, e.Burst)
 	}
 	return b, nil
 }
@@ -65,7 +71,10 @@ func (t *Ticket) UnmarshalBinary(b []byte) error {
 		return errTicketEncoding
 	}
 	for range n {
-		e := TicketEntry{Rule: r.string(), Key: r.string(), Stamp: r.varint()}
+		e := TicketEntry{Rule: r.string(), Key: r.string(), Stamp: r.varint(), Limit: r.varint(), Burst: r.varint()}
+		if e.Limit < 0 || e.Burst < 0 {
+			return errTicketEncoding
+		}
 		out.Entries = append(out.Entries, e)
 	}
 	if r.err || len(r.b) != 0 {

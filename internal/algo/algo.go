@@ -271,7 +271,7 @@ func normBucket(p *Params, s *State, now int64) {
 		return
 	}
 	if now <= s.C {
-		if s.A > p.Burst { // the burst was lowered
+		if s.A >= p.Burst { // full, or the burst was lowered: drop any fraction
 			s.A, s.B = p.Burst, 0
 		}
 		return
