@@ -1,0 +1,17 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) floodgate.Store {
+		s := memory.New(nil)
+		t.Cleanup(func() { s.Close() })
+		return s
+	})
+}

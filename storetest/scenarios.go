@@ -1,0 +1,616 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// fixture is one limiter on a manual clock, for the hand-written scenarios.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	clock *floodgate.ManualClock
+	lim   *floodgate.Limiter
+}
+
+// scenarioStart is where the scenarios' clocks start: a Wednesday, mid-month,
+// far from any time zone change.
+var scenarioStart = time.Date(2024, 5, 15, 12, 0, 0, 0, time.UTC)
+
+func newFixture(t *testing.T, store *sharedStore, name string, opts *floodgate.Options, rules ...floodgate.Rule) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctx: context.Background(), clock: store.clockAt(scenarioStart)}
+	if opts == nil {
+		opts = &floodgate.Options{}
+	}
+	opts.Clock = f.clock
+	lim, err := floodgate.New(name, store, rules, opts)
+	if err != nil {
+		t.Fatalf("floodgate.New: %v", err)
+	}
+	f.lim = lim
+	return f
+}
+
+// allow asks for n units (0 peeks).
+func (f *fixture) allow(attrs floodgate.Attributes, n int64) floodgate.Decision {
+	f.t.Helper()
+	d, err := f.lim.AllowN(f.ctx, attrs, n)
+	if err != nil {
+		f.t.Fatalf("AllowN(%v, %d): %v", attrs, n, err)
+	}
+	if d.Err != nil {
+		f.t.Fatalf("AllowN(%v, %d): store error %v", attrs, n, d.Err)
+	}
+	return d
+}
+
+// admit asks for n units and fails unless they are admitted.
+func (f *fixture) admit(attrs floodgate.Attributes, n int64) floodgate.Decision {
+	f.t.Helper()
+	d := f.allow(attrs, n)
+	if !d.Allowed {
+		f.t.Fatalf("AllowN(%v, %d) denied: %+v", attrs, n, d)
+	}
+	return d
+}
+
+// remaining peeks and returns each rule's remaining units by rule name.
+func (f *fixture) remaining(attrs floodgate.Attributes) map[string]int64 {
+	f.t.Helper()
+	d := f.allow(attrs, 0)
+	out := map[string]int64{}
+	for _, r := range d.Rules() {
+		out[r.Name] = r.Remaining
+	}
+	return out
+}
+
+func (f *fixture) refund(d floodgate.Decision) {
+	f.t.Helper()
+	if err := f.lim.Refund(f.ctx, d.Ticket()); err != nil {
+		f.t.Fatalf("Refund: %v", err)
+	}
+}
+
+func ruleOf(t *testing.T, d floodgate.Decision, name string) floodgate.RuleDecision {
+	t.Helper()
+	for _, r := range d.Rules() {
+		if r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("decision has no rule %q: %+v", name, d.Rules())
+	return floodgate.RuleDecision{}
+}
+
+// counterRule is a rule of algorithm alg that, on a clock that does not
+// move, admits exactly limit units.
+func counterRule(name string, alg floodgate.Algorithm, limit int64, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: alg, Limit: limit, Window: time.Minute, Key: key}
+}
+
+func testAllOrNothing(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			f := newFixture(t, store, "aon-"+alg.String(), nil,
+				counterRule("global", floodgate.FixedWindow, 5),
+				counterRule("per-user", alg, 3, "user"))
+			x, y := floodgate.Attributes{"user": "x"}, floodgate.Attributes{"user": "y"}
+			for range 3 {
+				f.admit(x, 1)
+			}
+			d := f.allow(x, 1)
+			if d.Allowed || d.Rule != "per-user" || d.Reason != floodgate.ReasonLimit {
+				t.Fatalf("4th request of x: %+v, want denied by per-user", d)
+			}
+			if r := ruleOf(t, d, "global"); !r.Allowed || r.Remaining != 2 {
+				t.Fatalf("global rule in the denied decision: %+v, want allowed with 2 left", r)
+			}
+			if got := f.remaining(x); got["global"] != 2 || got["per-user"] != 0 {
+				t.Fatalf("after a denial: remaining %v, want global 2, per-user 0", got)
+			}
+			d = f.allow(y, 3)
+			if d.Allowed || d.Rule != "global" {
+				t.Fatalf("3 units for y with 2 left globally: %+v, want denied by global", d)
+			}
+			if r := ruleOf(t, d, "per-user"); !r.Allowed || r.Remaining != 3 {
+				t.Fatalf("per-user rule of y in the denied decision: %+v, want allowed with 3 left", r)
+			}
+			if got := f.remaining(y); got["global"] != 2 || got["per-user"] != 3 {
+				t.Fatalf("after a denial: remaining %v, want global 2, per-user 3", got)
+			}
+			f.admit(y, 2)
+			if got := f.remaining(y); got["global"] != 0 || got["per-user"] != 1 {
+				t.Fatalf("after 2 units for y: remaining %v, want global 0, per-user 1", got)
+			}
+		})
+	}
+}
+
+// testAllOrNothingConcurrent races many callers over a shared global rule and
+// per-user rules on a frozen clock. Denials must charge nothing, so the
+// units charged to the per-user rules add up to exactly what was admitted,
+// which is exactly the global limit.
+func testAllOrNothingConcurrent(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	const users, workers, attempts, global, perUser = 8, 16, 10, 50, 10
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			f := newFixture(t, store, "race-"+alg.String(), nil,
+				counterRule("global", floodgate.FixedWindow, global),
+				counterRule("per-user", alg, perUser, "user"))
+			var wg sync.WaitGroup
+			admitted := make([]int, workers)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					attrs := floodgate.Attributes{"user": fmt.Sprint(w % users)}
+					for range attempts {
+						if f.lim.Allow(f.ctx, attrs).Allowed {
+							admitted[w]++
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			total, charged := 0, int64(0)
+			for _, n := range admitted {
+				total += n
+			}
+			for u := range users {
+				rem := f.remaining(floodgate.Attributes{"user": fmt.Sprint(u)})
+				charged += perUser - rem["per-user"]
+				if rem["global"] != 0 {
+					t.Fatalf("global remaining %d, want 0", rem["global"])
+				}
+			}
+			if total != global || charged != global {
+				t.Fatalf("admitted %d, per-user rules charged %d; want both %d", total, charged, global)
+			}
+		})
+	}
+}
+
+func testShadowRule(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	dark := counterRule("dark", floodgate.FixedWindow, 2, "user")
+	dark.Shadow = true
+	f := newFixture(t, store, "shadow-rule", nil, counterRule("enforce", floodgate.FixedWindow, 10, "user"), dark)
+	x := floodgate.Attributes{"user": "x"}
+	f.admit(x, 1)
+	second := f.admit(x, 1)
+	if second.ShadowDenied {
+		t.Fatalf("2nd request: ShadowDenied with the shadow rule at its limit only now")
+	}
+	d := f.admit(x, 1)
+	if !d.ShadowDenied || d.Reason != floodgate.ReasonNone || d.RetryAfter != 0 || d.Rule != "enforce" || d.Remaining != 7 {
+		t.Fatalf("3rd request: %+v, want admitted by enforce with 7 left, ShadowDenied", d)
+	}
+	if r := ruleOf(t, d, "dark"); r.Allowed || !r.Shadow || r.Remaining != 0 || r.RetryAfter <= 0 {
+		t.Fatalf("dark rule detail: %+v, want allowed:false shadow:true, 0 left, a retry time", r)
+	}
+	if tk := d.Ticket(); len(tk.Entries) != 1 || tk.Entries[0].Rule != "enforce" {
+		t.Fatalf("3rd ticket %+v, want one entry, for enforce", tk)
+	}
+	// Refunding the 2nd request leaves the shadow rule one unit: so the 3rd
+	// charged it nothing.
+	f.refund(second)
+	if got := f.remaining(x); got["enforce"] != 8 || got["dark"] != 1 {
+		t.Fatalf("after refunding the 2nd request: remaining %v, want enforce 8, dark 1", got)
+	}
+}
+
+func testShadowLimiter(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			f := newFixture(t, store, "shadow-limiter-"+alg.String(), &floodgate.Options{Shadow: true},
+				counterRule("r", alg, 1, "user"))
+			x := floodgate.Attributes{"user": "x"}
+			first := f.admit(x, 1)
+			d := f.admit(x, 1)
+			if !d.ShadowDenied || d.Reason != floodgate.ReasonNone || d.RetryAfter != 0 || d.Never {
+				t.Fatalf("2nd request to a dark limiter: %+v, want admitted, ShadowDenied", d)
+			}
+			if r := ruleOf(t, d, "r"); r.Allowed || !r.Shadow || r.Remaining != 0 {
+				t.Fatalf("rule detail %+v, want allowed:false shadow:true, 0 left", r)
+			}
+			if d.Ticket().Valid() {
+				t.Fatalf("a shadow denial charged nothing, yet its ticket is valid")
+			}
+			// A request past the limit charged nothing: one refund frees it all.
+			f.refund(first)
+			if got := f.remaining(x)["r"]; got != 1 {
+				t.Fatalf("after refunding the only charged request: %d left, want 1", got)
+			}
+		})
+	}
+}
+
+func testNever(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			f := newFixture(t, store, "never-"+alg.String(), nil,
+				counterRule("slow", floodgate.FixedWindow, 100, "user"),
+				counterRule("r", alg, 3, "user"))
+			x := floodgate.Attributes{"user": "x"}
+			f.admit(x, 1)
+			for _, ask := range []func() floodgate.Decision{
+				func() floodgate.Decision { return f.allow(x, 4) },
+				func() floodgate.Decision {
+					d, err := f.lim.Peek(f.ctx, x, 4)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return d
+				},
+			} {
+				d := ask()
+				if d.Allowed || !d.Never || d.RetryAfter != 0 || d.Rule != "r" || d.Reason != floodgate.ReasonLimit {
+					t.Fatalf("4 units against a capacity of 3: %+v, want denied, Never, no retry", d)
+				}
+				if r := ruleOf(t, d, "r"); !r.Never || r.RetryAfter != 0 {
+					t.Fatalf("rule detail %+v, want Never", r)
+				}
+			}
+			if got := f.remaining(x); got["r"] != 2 || got["slow"] != 99 {
+				t.Fatalf("after Never denials: remaining %v, want r 2, slow 99", got)
+			}
+		})
+	}
+}
+
+func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	x := floodgate.Attributes{"user": "x"}
+	t.Run("double", func(t *testing.T) {
+		for _, alg := range algorithms {
+			f := newFixture(t, store, "refund-twice-"+alg.String(), nil, counterRule("r", alg, 3, "user"))
+			a := f.admit(x, 1)
+			f.admit(x, 1)
+			f.refund(a)
+			f.refund(a)
+			if got := f.remaining(x)["r"]; got != 2 {
+				t.Fatalf("%s: one unit held after refunding the other twice: %d left, want 2", alg, got)
+			}
+		}
+	})
+	t.Run("fixed_window_rolled", func(t *testing.T) {
+		f := newFixture(t, store, "refund-rolled", nil,
+			floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Second, Align: floodgate.AlignClock, Key: []string{"user"}})
+		f.clock.Advance(900 * time.Millisecond)
+		old := f.admit(x, 2)
+		f.clock.Advance(100 * time.Millisecond) // the next window
+		f.admit(x, 1)
+		f.refund(old)
+		if got := f.remaining(x)["r"]; got != 2 {
+			t.Fatalf("refund of the previous window: %d left, want 2", got)
+		}
+	})
+	t.Run("sliding_window_bucket_left", func(t *testing.T) {
+		f := newFixture(t, store, "refund-slid", nil,
+			floodgate.Rule{Name: "r", Algorithm: floodgate.SlidingWindow, Limit: 4, Window: time.Second, Buckets: 4, Key: []string{"user"}})
+		old := f.admit(x, 2)
+		f.clock.Advance(250 * time.Millisecond)
+		inWindow := f.admit(x, 1)
+		f.clock.Advance(750 * time.Millisecond) // old's bucket has left
+		f.admit(x, 2)
+		f.refund(old)
+		if got := f.remaining(x)["r"]; got != 1 {
+			t.Fatalf("refund of a bucket that left the window: %d left, want 1", got)
+		}
+		f.refund(inWindow)
+		if got := f.remaining(x)["r"]; got != 2 {
+			t.Fatalf("refund of a bucket still in the window: %d left, want 2", got)
+		}
+	})
+	t.Run("bucket_capped", func(t *testing.T) {
+		for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+			f := newFixture(t, store, "refund-cap-"+alg.String(), nil,
+				floodgate.Rule{Name: "r", Algorithm: alg, Limit: 3, Window: time.Second, Key: []string{"user"}})
+			d := f.admit(x, 2)
+			f.clock.Advance(time.Second) // full again
+			f.refund(d)
+			f.admit(x, 3)
+			if got := f.allow(x, 1); got.Allowed {
+				t.Fatalf("%s: a refund to a full bucket overfilled it", alg)
+			}
+		}
+	})
+	t.Run("lease_expired", func(t *testing.T) {
+		f := newFixture(t, store, "refund-lease", nil, counterRule("r", floodgate.Concurrency, 2, "user"))
+		a := f.admit(x, 1)
+		f.clock.Advance(time.Minute) // a lapses
+		f.admit(x, 2)
+		f.refund(a)
+		if got := f.remaining(x)["r"]; got != 0 {
+			t.Fatalf("releasing a lapsed lease: %d left, want 0", got)
+		}
+	})
+}
+
+// calendarCase is one request to a calendar-aligned window.
+type calendarCase struct {
+	zone      string
+	align     floodgate.Align
+	at        string // local time, "2006-01-02 15:04:05.999999"; with a "Z" suffix, UTC
+	wantReset time.Duration
+}
+
+func testCalendar(t *testing.T, newStore func(*testing.T) floodgate.Store, zones []*time.Location) {
+	loc := map[string]*time.Location{}
+	for _, z := range zones {
+		loc[z.String()] = z
+	}
+	day, month := floodgate.AlignDay, floodgate.AlignMonth
+	cases := []calendarCase{
+		// Days around the DST changes are 23 and 25 hours long.
+		{"America/New_York", day, "2024-03-10 00:00:00", 23 * time.Hour},
+		{"America/New_York", day, "2024-03-10 03:00:00", 21 * time.Hour},
+		{"America/New_York", day, "2024-11-03 00:00:00", 25 * time.Hour},
+		{"America/New_York", day, "2024-11-03 05:30:00Z", 23*time.Hour + 30*time.Minute}, // the first 1:30, EDT
+		{"Europe/Berlin", day, "2024-03-31 00:00:00", 23 * time.Hour},
+		{"Europe/Berlin", day, "2024-10-27 00:00:00", 25 * time.Hour},
+		{"Europe/Berlin", day, "2024-02-29 12:00:00", 12 * time.Hour},
+		{"Europe/Berlin", day, "2024-02-28 23:59:59.999999", time.Microsecond},
+		{"UTC", day, "2024-12-31 18:00:00", 6 * time.Hour},
+		// Months: a leap February, a March with the spring change, a year end.
+		{"America/New_York", month, "2024-02-01 00:00:00", 29 * 24 * time.Hour},
+		{"America/New_York", month, "2024-02-29 23:59:59.999999", time.Microsecond},
+		{"America/New_York", month, "2024-03-01 00:00:00", 31*24*time.Hour - time.Hour},
+		{"Europe/Berlin", month, "2024-10-31 12:00:00", 12 * time.Hour},
+		{"Europe/Berlin", month, "2024-12-31 23:00:00", time.Hour},
+		{"UTC", month, "2023-02-15 00:00:00", 14 * 24 * time.Hour},
+	}
+	for i, c := range cases {
+		l := loc[c.zone]
+		in := l
+		if strings.HasSuffix(c.at, "Z") {
+			in = time.UTC
+		}
+		at, err := time.ParseInLocation("2006-01-02 15:04:05.999999", strings.TrimSuffix(c.at, "Z"), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("calendar-%d", i)
+		hr := harnessRule{
+			spec: ruleSpec{name: "budget", alg: floodgate.FixedWindow, align: c.align, loc: l, window: int64(24 * time.Hour / time.Microsecond)},
+			attr: "k", alts: []limits{{3, 3}},
+		}
+		h := newHarness(t, openStore(t, newStore), name, uint64(i), at, []harnessRule{hr}, false)
+		attrs, keys := floodgate.Attributes{"k": "x"}, []string{"x"}
+		d := h.consume(attrs, keys, 3)
+		if d.ResetAfter != c.wantReset {
+			t.Fatalf("%s %s %s: ResetAfter %v, want %v", c.zone, c.align, c.at, d.ResetAfter, c.wantReset)
+		}
+		d = h.consume(attrs, keys, 1)
+		if d.Allowed || d.RetryAfter != c.wantReset {
+			t.Fatalf("%s %s %s: past the budget: %+v, want denied until the window ends in %v", c.zone, c.align, c.at, d, c.wantReset)
+		}
+		h.probeRetry(attrs, keys, 3, d)
+		// The next window is independent of the last.
+		d = h.consume(attrs, keys, 3)
+		next := h.clock.Now().In(l)
+		y, m, dd := next.Date()
+		var end time.Time
+		if c.align == day {
+			end = time.Date(y, m, dd+1, 0, 0, 0, 0, l)
+		} else {
+			end = time.Date(y, m+1, 1, 0, 0, 0, 0, l)
+		}
+		if next.Hour() != 0 || next.Minute() != 0 || d.ResetAfter != end.Sub(next) {
+			t.Fatalf("%s %s %s: next window opened at %v, resets in %v, want at midnight, %v", c.zone, c.align, c.at, next, d.ResetAfter, end.Sub(next))
+		}
+	}
+}
+
+// testCalendarProperty plays random sequences against calendar windows in
+// every zone, with steps of hours and days.
+func testCalendarProperty(t *testing.T, newStore func(*testing.T) floodgate.Store, cfg *config) {
+	for i := range cfg.sequences / 3 {
+		seed := cfg.seed + uint64(i)
+		rng := newRand(seed, 3)
+		align := floodgate.AlignDay + floodgate.Align(rng.IntN(2))
+		hr := harnessRule{
+			spec: ruleSpec{name: "budget", alg: floodgate.FixedWindow, align: align, loc: cfg.zones[rng.IntN(len(cfg.zones))]},
+			attr: "k",
+		}
+		hr.spec.window = int64(6 * time.Hour / time.Microsecond) // the harness's time step
+		limit := limitChoices[rng.IntN(len(limitChoices))]
+		hr.alts = []limits{{limit, limit}, {limitChoices[rng.IntN(len(limitChoices))], 0}}
+		hr.alts[1].burst = hr.alts[1].limit
+		hr.dynamic = true
+		// Start near a DST change or a month end now and then.
+		start := startTime(rng)
+		if rng.IntN(2) == 0 {
+			start = []time.Time{
+				time.Date(2024, 3, 9, 20, 0, 0, 0, time.UTC),
+				time.Date(2024, 10, 26, 20, 0, 0, 0, time.UTC),
+				time.Date(2024, 11, 2, 20, 0, 0, 0, time.UTC),
+				time.Date(2024, 2, 27, 20, 0, 0, 0, time.UTC),
+				time.Date(2023, 12, 30, 20, 0, 0, 0, time.UTC),
+			}[rng.IntN(5)]
+		}
+		h := newHarness(t, openStore(t, newStore), fmt.Sprintf("calendar-prop-%d", seed), seed, start, []harnessRule{hr}, false)
+		h.run(cfg.steps, 5)
+	}
+}
+
+func testLimitChanges(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	x := floodgate.Attributes{"user": "x"}
+	t.Run("limit_func", func(t *testing.T) {
+		// Counting algorithms keep their count; how buckets carry their
+		// level across a change is left to the property tests.
+		for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.Concurrency} {
+			limit := int64(10)
+			r := counterRule("r", alg, 10, "user")
+			r.LimitFunc = func(context.Context, floodgate.Attributes) (int64, error) { return limit, nil }
+			f := newFixture(t, store, "limit-func-"+alg.String(), nil, r)
+			f.admit(x, 6)
+			limit = 5
+			if d := f.allow(x, 1); d.Allowed || d.Remaining != 0 || d.Limit != 5 || d.RetryAfter <= 0 {
+				t.Fatalf("%s: 6 used, limit lowered to 5: %+v, want denied, 0 left", alg, d)
+			}
+			limit = 20
+			if d := f.admit(x, 1); d.Remaining != 13 || d.Limit != 20 {
+				t.Fatalf("%s: 7 used, limit raised to 20: %+v, want 13 left", alg, d)
+			}
+			limit = 10
+			if d := f.admit(x, 3); d.Remaining != 0 {
+				t.Fatalf("%s: 10 used, limit back to 10: %+v, want 0 left", alg, d)
+			}
+			if d := f.allow(x, 1); d.Allowed {
+				t.Fatalf("%s: 11th unit admitted under a limit of 10", alg)
+			}
+		}
+	})
+	t.Run("overrides", func(t *testing.T) {
+		r := floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"},
+			Overrides: []floodgate.Override{{Match: floodgate.Attributes{"plan": "pro"}, Limit: 5}}}
+		f := newFixture(t, store, "overrides", nil, r)
+		free, pro := floodgate.Attributes{"user": "x"}, floodgate.Attributes{"user": "x", "plan": "pro"}
+		f.admit(free, 2)
+		if f.allow(free, 1).Allowed {
+			t.Fatal("3rd unit admitted on the free plan's limit of 2")
+		}
+		if d := f.admit(pro, 3); d.Remaining != 0 || d.Limit != 5 {
+			t.Fatalf("upgraded to pro: %+v, want admitted, 0 of 5 left", d)
+		}
+		d := f.allow(free, 1)
+		if d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Minute {
+			t.Fatalf("back to free with 5 used: %+v, want denied for the rest of the window", d)
+		}
+	})
+	t.Run("token_bucket_burst_lowered", func(t *testing.T) {
+		// Lowering the burst caps the tokens at once, fraction and all.
+		limit := int64(10)
+		r := floodgate.Rule{Name: "r", Algorithm: floodgate.TokenBucket, Limit: 10, Window: time.Second, Key: []string{"user"},
+			LimitFunc: func(context.Context, floodgate.Attributes) (int64, error) { return limit, nil }}
+		f := newFixture(t, store, "burst-lowered", nil, r)
+		f.admit(x, 10)
+		f.clock.Advance(530 * time.Millisecond)
+		f.allow(x, 0) // 5.3 tokens
+		limit = 5     // burst 5: the bucket holds 5 tokens, not 5.3
+		f.admit(x, 5)
+		if d := f.allow(x, 1); d.Allowed || d.RetryAfter != 200*time.Millisecond {
+			t.Fatalf("empty bucket refilling 5 a second: %+v, want denied for 200ms", d)
+		}
+	})
+	t.Run("refund_after_override", func(t *testing.T) {
+		// A refund gives back what the ticket took, under the limits it
+		// was taken with, not the rule's base limits.
+		for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+			r := floodgate.Rule{Name: "r", Algorithm: alg, Limit: 1, Window: time.Second, Key: []string{"user"},
+				Overrides: []floodgate.Override{{Match: floodgate.Attributes{"plan": "pro"}, Limit: 100}}}
+			f := newFixture(t, store, "refund-override-"+alg.String(), nil, r)
+			pro := floodgate.Attributes{"user": "x", "plan": "pro"}
+			f.admit(pro, 49)
+			d := f.admit(pro, 1)
+			f.refund(d)
+			if got := f.remaining(pro)["r"]; got != 51 {
+				t.Fatalf("%s: refunding 1 of 50 used: %d left, want 51", alg, got)
+			}
+		}
+	})
+}
+
+func testKeys(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	t.Run("absent_attribute_skips", func(t *testing.T) {
+		f := newFixture(t, store, "keys-skip", nil,
+			counterRule("pair", floodgate.FixedWindow, 1, "a", "b"),
+			counterRule("single", floodgate.FixedWindow, 1, "a"))
+		d := f.admit(floodgate.Attributes{"a": "x"}, 1)
+		if rs := d.Rules(); len(rs) != 1 || rs[0].Name != "single" {
+			t.Fatalf("request without b: rules %+v, want only single", rs)
+		}
+		d = f.admit(floodgate.Attributes{"b": "x", "a": ""}, 1)
+		if len(d.Rules()) != 0 || d.Rule != "" || d.Ticket().Valid() {
+			t.Fatalf("request with an empty a and no rule applying: %+v, want admitted by no rule", d)
+		}
+	})
+	t.Run("tuples_never_collide", func(t *testing.T) {
+		f := newFixture(t, store, "keys-tuples", nil, counterRule("pair", floodgate.FixedWindow, 1, "a", "b"))
+		tuples := [][2]string{
+			{"x:y", "z"}, {"x", "y:z"}, {"x", "y"}, {"x:", "y"}, {"x", ":y"},
+			{`x\`, "y"}, {"x", `\y`}, {`x\:`, "y"}, {"x", `\:y`}, {`x\`, ":y"},
+			{"*", "*"}, {`\*`, "*"}, {"x:y:z", "w"}, {"x", "y:z:w"},
+		}
+		for _, tp := range tuples {
+			f.admit(floodgate.Attributes{"a": tp[0], "b": tp[1]}, 1)
+		}
+		for _, tp := range tuples {
+			if f.allow(floodgate.Attributes{"a": tp[0], "b": tp[1]}, 1).Allowed {
+				t.Fatalf("tuple %q admitted twice under a limit of 1", tp)
+			}
+		}
+	})
+	t.Run("single_values_never_collide", func(t *testing.T) {
+		f := newFixture(t, store, "keys-single", nil,
+			counterRule("one", floodgate.FixedWindow, 1, "a"),
+			floodgate.Rule{Name: "func", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute,
+				KeyFunc: func(a floodgate.Attributes) string { return a["a"] }})
+		for _, v := range []string{"*", `\*`, `\`, ":", "x"} {
+			f.admit(floodgate.Attributes{"a": v}, 1)
+		}
+	})
+	t.Run("limiters_and_rules_never_collide", func(t *testing.T) {
+		a := newFixture(t, store, "a", nil, counterRule("b-c", floodgate.FixedWindow, 1, "k"))
+		b := newFixture(t, store, "a-b", nil, counterRule("c", floodgate.FixedWindow, 1, "k"))
+		c := newFixture(t, store, "keys-rules", nil,
+			counterRule("r1", floodgate.FixedWindow, 1, "k"),
+			counterRule("r2", floodgate.FixedWindow, 2, "k"))
+		k := floodgate.Attributes{"k": "same"}
+		a.admit(k, 1)
+		b.admit(k, 1)
+		d := c.admit(k, 1)
+		if ruleOf(t, d, "r2").Remaining != 1 {
+			t.Fatalf("rules of one limiter share a key's count: %+v", d.Rules())
+		}
+	})
+	t.Run("global_key", func(t *testing.T) {
+		f := newFixture(t, store, "keys-global", nil, counterRule("all", floodgate.FixedWindow, 2))
+		f.admit(floodgate.Attributes{"user": "x"}, 1)
+		f.admit(nil, 1)
+		if f.allow(floodgate.Attributes{"user": "y"}, 1).Allowed {
+			t.Fatal("a rule without key attributes counted requests apart")
+		}
+	})
+}
+
+func testReset(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			f := newFixture(t, store, "reset-"+alg.String(), nil,
+				counterRule("r", alg, 3, "user"),
+				counterRule("global", floodgate.FixedWindow, 100))
+			x, y := floodgate.Attributes{"user": "x"}, floodgate.Attributes{"user": "y"}
+			f.admit(x, 3)
+			f.admit(y, 3)
+			if err := f.lim.Reset(f.ctx, x); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.remaining(x); got["r"] != 3 || got["global"] != 100 {
+				t.Fatalf("after Reset(x): remaining %v, want r 3, global 100", got)
+			}
+			if got := f.remaining(y); got["r"] != 0 {
+				t.Fatalf("Reset(x) touched y: %v", got)
+			}
+			if d := f.allow(x, 1); !d.Allowed || d.Remaining != 2 {
+				t.Fatalf("after Reset(x): %+v, want admitted with 2 left", d)
+			}
+		})
+	}
+}

@@ -1,0 +1,154 @@
+// Package storetest is the conformance suite every floodgate.Store must pass,
+// and the reference model it checks stores against.
+//
+// A store's tests call Run with a constructor:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) floodgate.Store {
+//			s := memory.New(nil)
+//			t.Cleanup(func() { s.Close() })
+//			return s
+//		})
+//	}
+//
+// The suite drives the store through the public Limiter API with a
+// floodgate.ManualClock, so a store must take the time of each decision from
+// Batch.Now (a remote store needs an option for that). It shares one store
+// among many limiters, each with a name of its own, so a store must keep
+// limiters and rules apart by the ops' scopes; it never needs the store
+// empty.
+//
+// The model (see model.go) restates each algorithm's meaning independently
+// of internal/algo, and the suite compares every answer with it exactly:
+// Allowed, Never, Remaining, ResetAfter and RetryAfter of the decision and of
+// every rule. Random sequences are seeded; a failure prints its seed, and
+// setting the environment variable named by SeedEnv to it replays the run.
+//
+// Where the model makes a choice a store might make differently, it follows
+// internal/algo and says so:
+//
+//   - Every access to a key, peeks and denials included, brings its state to
+//     the access time with that access's parameters. Only a token bucket
+//     whose limit changes can tell the difference: tokens refill at the rate
+//     in force at each access that observes them.
+//   - A refund is applied with the limits the ticket was charged under.
+//   - After a change of limit a GCRA key keeps its theoretical arrival time,
+//     which the stores hold in units of 1/limit µs; the suite changes GCRA
+//     limits only where every limit divides the window, so that time is a
+//     whole number of µs and means the same under every limit.
+package storetest
+
+import (
+	"hash/fnv"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	// The calendar tests need time zones even on machines without a zone
+	// database.
+	_ "time/tzdata"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// SeedEnv names the environment variable that fixes the suite's random seed
+// (an unsigned integer). Unset, each run draws a new one and failures print
+// it.
+const SeedEnv = "STORETEST_SEED"
+
+// config is one run's randomness and size.
+type config struct {
+	seed      uint64
+	sequences int
+	steps     int
+	zones     []*time.Location
+}
+
+// sharedStore is a store under test, shared by the limiters of a group of
+// subtests, and the clocks that drive it. A store may assume that time does
+// not go backwards across its keys (the memory store reclaims keys by the
+// latest time it has seen), so each new clock starts no earlier than the
+// others read.
+type sharedStore struct {
+	floodgate.Store
+	clocks []*floodgate.ManualClock
+}
+
+func openStore(t *testing.T, newStore func(*testing.T) floodgate.Store) *sharedStore {
+	return &sharedStore{Store: newStore(t)}
+}
+
+// latest is the latest time any of the store's clocks reads.
+func (s *sharedStore) latest() time.Time {
+	var l time.Time
+	for _, c := range s.clocks {
+		if now := c.Now(); now.After(l) {
+			l = now
+		}
+	}
+	return l
+}
+
+// clockAt returns a new clock for the store reading t, or the next whole
+// hour after the latest time the store has seen if t is earlier.
+func (s *sharedStore) clockAt(t time.Time) *floodgate.ManualClock {
+	if l := s.latest(); !l.Before(t) {
+		t = l.Truncate(time.Hour).Add(time.Hour)
+	}
+	c := floodgate.NewManualClock(t)
+	s.clocks = append(s.clocks, c)
+	return c
+}
+
+// Run runs the conformance suite. newStore returns the store under test; it
+// is called once per group of subtests, which share it, and should register
+// its own clean-up with t.Cleanup.
+func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
+	cfg := &config{sequences: 30, steps: 120, zones: []*time.Location{time.UTC}}
+	if s := os.Getenv(SeedEnv); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", SeedEnv, s, err)
+		}
+		cfg.seed = v
+	} else {
+		cfg.seed = uint64(time.Now().UnixNano())
+	}
+	for _, name := range []string{"America/New_York", "Europe/Berlin"} {
+		loc, err := time.LoadLocation(name)
+		if err != nil {
+			t.Fatalf("load time zone %s: %v", name, err)
+		}
+		cfg.zones = append(cfg.zones, loc)
+	}
+	t.Logf("storetest: seed %d (set %s to replay)", cfg.seed, SeedEnv)
+	// Each subtest gets a seed of its own, derived from its name, so that
+	// running one subtest alone replays it.
+	sub := func(name string) *config {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		c := *cfg
+		c.seed = cfg.seed ^ h.Sum64()
+		return &c
+	}
+
+	t.Run("Property", func(t *testing.T) { testProperties(t, newStore, sub("Property")) })
+	t.Run("PropertyMultiRule", func(t *testing.T) { testMultiRule(t, newStore, sub("PropertyMultiRule"), false) })
+	t.Run("PropertyShadowLimiter", func(t *testing.T) {
+		c := sub("PropertyShadowLimiter")
+		c.sequences = 10
+		testMultiRule(t, newStore, c, true)
+	})
+	t.Run("PropertyCalendar", func(t *testing.T) { testCalendarProperty(t, newStore, sub("PropertyCalendar")) })
+	t.Run("AllOrNothing", func(t *testing.T) { testAllOrNothing(t, newStore) })
+	t.Run("AllOrNothingConcurrent", func(t *testing.T) { testAllOrNothingConcurrent(t, newStore) })
+	t.Run("ShadowRule", func(t *testing.T) { testShadowRule(t, newStore) })
+	t.Run("ShadowLimiter", func(t *testing.T) { testShadowLimiter(t, newStore) })
+	t.Run("Never", func(t *testing.T) { testNever(t, newStore) })
+	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
+	t.Run("Calendar", func(t *testing.T) { testCalendar(t, newStore, cfg.zones) })
+	t.Run("LimitChanges", func(t *testing.T) { testLimitChanges(t, newStore) })
+	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
+	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
+}
