@@ -48,6 +48,8 @@ const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#qu
 type policy struct {
 	window int64  // w, in seconds; 0 omits it
 	unit   string // qu; "" is the default ("requests")
+	limit  int64  // the rule's own limit (before overrides)
+	item   []byte // the whole item for that limit, preformatted
 }
 
 func policyOf(r floodgate.Rule) policy {
@@ -80,15 +82,24 @@ func ceilSecondsOrZero(d time.Duration) int64 {
 // and RateLimit fields, for transports other than this package's middleware
 // (grpclimit sends them as metadata). It is safe for concurrent use.
 type Quota struct {
-	policies map[string]policy
+	policies map[string]*policy
+	// all is the RateLimit-Policy value when every rule applies with its
+	// own limit, the common case, which then allocates nothing.
+	all string
 }
 
 // NewQuota returns the formatter for decisions of l.
 func NewQuota(l *floodgate.Limiter) *Quota {
-	q := &Quota{policies: make(map[string]policy)}
+	q := &Quota{policies: make(map[string]*policy)}
+	var all []floodgate.RuleDecision
 	for _, r := range l.Rules() {
-		q.policies[r.Name] = policyOf(r)
+		p := policyOf(r)
+		p.limit = r.Limit
+		p.item = p.appendItem(nil, r.Name, r.Limit)
+		q.policies[r.Name] = &p
+		all = append(all, floodgate.RuleDecision{Name: r.Name, Limit: r.Limit})
 	}
+	q.all = string(q.appendPolicy(nil, all))
 	return q
 }
 
@@ -102,7 +113,11 @@ func (q *Quota) Format(d *floodgate.Decision) (policy, limit string) {
 	}
 	var buf [256]byte
 	b := q.appendPolicy(buf[:0], rules)
-	policy = string(b)
+	if string(b) == q.all {
+		policy = q.all
+	} else {
+		policy = string(b)
+	}
 	b = appendLimit(b[:0], rules)
 	return policy, string(b)
 }
@@ -113,19 +128,31 @@ func (q *Quota) appendPolicy(b []byte, rules []floodgate.RuleDecision) []byte {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		b = appendName(b, r.Name)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, r.Limit, 10)
 		p := q.policies[r.Name]
-		if p.unit != "" {
-			b = append(b, `;qu="`...)
-			b = append(b, p.unit...)
-			b = append(b, '"')
+		if p == nil { // not one of this limiter's rules
+			continue
 		}
-		if p.window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, p.window, 10)
+		if r.Limit == p.limit {
+			b = append(b, p.item...)
+		} else {
+			b = p.appendItem(b, r.Name, r.Limit)
 		}
+	}
+	return b
+}
+
+func (p *policy) appendItem(b []byte, name string, limit int64) []byte {
+	b = appendName(b, name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, limit, 10)
+	if p.unit != "" {
+		b = append(b, `;qu="`...)
+		b = append(b, p.unit...)
+		b = append(b, '"')
+	}
+	if p.window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, p.window, 10)
 	}
 	return b
 }
@@ -149,8 +176,15 @@ func appendLimit(b []byte, rules []floodgate.RuleDecision) []byte {
 // rule of d to h, after any a middleware further out has written.
 func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
 	if pol, lim := m.quotaFmt.Format(d); pol != "" {
-		h[keyPolicy] = append(h[keyPolicy], pol)
-		h[keyRateLimit] = append(h[keyRateLimit], lim)
+		if len(h[keyPolicy]) == 0 && len(h[keyRateLimit]) == 0 {
+			// One backing array for both fields: one allocation, not two.
+			v := [...]string{pol, lim}
+			vs := v[:]
+			h[keyPolicy], h[keyRateLimit] = vs[0:1:1], vs[1:2:2]
+		} else {
+			h[keyPolicy] = append(h[keyPolicy], pol)
+			h[keyRateLimit] = append(h[keyRateLimit], lim)
+		}
 	}
 	if m.legacy {
 		h[keyLimit] = []string{strconv.FormatInt(d.Limit, 10)}

@@ -135,6 +135,7 @@ type Middleware struct {
 	clock         floodgate.Clock
 	quotaFmt      *Quota
 	leases        map[string]bool // rules whose units are leases (Concurrency)
+	anyLeases     bool
 	pool          sync.Pool       // floodgate.Attributes
 }
 
@@ -202,6 +203,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 	}
 	for _, r := range l.Rules() {
 		m.leases[r.Name] = r.Algorithm == floodgate.Concurrency
+		m.anyLeases = m.anyLeases || m.leases[r.Name]
 		if r.KeyFunc != nil {
 			continue
 		}
@@ -235,10 +237,14 @@ func (m *Middleware) Attributes(r *http.Request) floodgate.Attributes {
 	return attrs
 }
 
+// fill sets every attribute of r in attrs. Absent ones are deleted, so a
+// pooled map needs no clearing between requests.
 func (m *Middleware) fill(attrs floodgate.Attributes, r *http.Request) {
 	for _, a := range m.attrs {
 		if v := a.f(r); v != "" {
 			attrs[a.name] = v
+		} else {
+			delete(attrs, a.name)
 		}
 	}
 }
@@ -309,7 +315,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}()
 		next.ServeHTTP(sw, r)
 		done = true
-	case m.holdsLease(&d):
+	case m.anyLeases && m.holdsLease(&d):
 		defer m.refund(ctx, heapCopy(&d), false)
 		next.ServeHTTP(w, r)
 	default:
@@ -352,7 +358,8 @@ func heapCopy(d *floodgate.Decision) *floodgate.Decision {
 	return c
 }
 
+// release returns attrs to the pool. Their values stay until the next
+// fill overwrites them; only the middleware's own names are ever set.
 func (m *Middleware) release(attrs floodgate.Attributes) {
-	clear(attrs)
 	m.pool.Put(attrs)
 }
