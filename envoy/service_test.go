@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -421,4 +423,37 @@ func TestLimitOverride(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("unknown unit: %v, want InvalidArgument", err)
 	}
+}
+
+// Concurrent clients are admitted exactly the limit, in total, over gRPC.
+func TestConcurrentExactAdmission(t *testing.T) {
+	f := mustParse(t, "c.yaml", "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 50}\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
+	cfg, err := envoy.NewConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cfg, nil, nil)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				resp, err := h.client.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c",
+					Descriptors: []*commonv3.RateLimitDescriptor{desc("j", "x"), desc("k", "x")}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.OverallCode == ok {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 50 {
+		t.Errorf("admitted %d, want 50", got)
+	}
+	// Denied requests charged nothing to the other descriptor.
+	h.check(h.ask("c", 0, desc("j", "x")), ok, want{ok, 1000, hour, 1000 - 51, 2790 * time.Second})
 }
