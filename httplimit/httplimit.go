@@ -136,7 +136,7 @@ type Middleware struct {
 	quotaFmt      *Quota
 	leases        map[string]bool // rules whose units are leases (Concurrency)
 	anyLeases     bool
-	pool          sync.Pool       // floodgate.Attributes
+	pool          sync.Pool // floodgate.Attributes
 }
 
 type namedKey struct {
