@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"flag"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,7 @@ func TestValidate(t *testing.T) {
 func TestRegisterFlags(t *testing.T) {
 	var c Config
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
 	err := fs.Parse([]string{"-target", "grpc", "-addr", "127.0.0.1:8081", "-rate", "1000",
 		"-duration", "5s", "-keys", "10", "-dist", "zipf", "-domain", "edge"})

@@ -125,10 +125,12 @@ func (r *run) closed(ctx context.Context) {
 }
 
 // open runs the open model: a scheduler hands each request's intended send
-// time to the first free worker. When no worker frees up before the run's end,
-// the requests still unsent are counted as missed.
+// time to the first free worker, through a queue as long as there are
+// workers, so that a scheduler that falls behind can catch up. When the queue
+// stays full until the run's end, the requests still unsent are counted as
+// missed.
 func (r *run) open(ctx context.Context) {
-	jobs := make(chan time.Time)
+	jobs := make(chan time.Time, len(r.sessions))
 	var wg sync.WaitGroup
 	for w := range r.sessions {
 		wg.Go(func() {
