@@ -81,12 +81,14 @@ func (m *Main) serve(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	if err := m.runServe(ctx, f, logger); err != nil {
-		logger.Error("floodgate serve failed", "err", err)
 		var list config.ErrorList
 		if errors.As(err, &list) {
+			logger.Error("invalid configuration", "errors", len(list))
 			for _, e := range list {
 				fmt.Fprintln(m.Stderr, e)
 			}
+		} else {
+			logger.Error("floodgate serve failed", "err", err)
 		}
 		return exitFail
 	}
