@@ -21,6 +21,7 @@
 #   RATE [0]                     requests/s for the open model; 0 = closed model
 #   KEYS [1000] DIST [uniform]   key cardinality and distribution
 #   CONNS [2]                    gRPC connections from the load generator
+#   ROUNDS [1]                   how many times to drive each service, alternating
 #   RATELIMIT_VERSION            the reference service's module version
 #   CACHE_DIR [~/.cache/floodgate-bench]   where its binary is kept
 #   FG_STORE [redis]             floodgate's store: redis, falling back to
@@ -105,6 +106,7 @@ log "starting redis-server on 127.0.0.1:$redis_port"
 timeout "$MAX_LIFE" redis-server --bind 127.0.0.1 --port "$redis_port" \
 	--save '' --appendonly no --maxmemory-policy noeviction \
 	>"$work/redis.log" 2>&1 &
+redis_pid=$!
 pids+=($!)
 wait_port "$redis_port" 10 || { echo "redis-server did not start:"; cat "$work/redis.log"; exit 1; } >&2
 
@@ -139,6 +141,7 @@ if [[ -x $ref_bin ]]; then
 		RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit \
 		RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
 		timeout "$MAX_LIFE" "$ref_bin" >"$work/ref.log" 2>&1 &
+	ref_pid=$!
 	pids+=($!)
 	if ! wait_port "$ref_port" 30 $!; then
 		ref_note="the reference service did not start: $(tail -3 "$work/ref.log" | tr '\n' ' ')"
@@ -171,6 +174,7 @@ EOF
 	timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
 		--http "127.0.0.1:$(free_port)" --grpc "127.0.0.1:$fg_port" \
 		--envoy-config-dir "$work/envoy" --log-level warn >"$work/fg.log" 2>&1 &
+	fg_pid=$!
 	pids+=($!)
 	if ! wait_port "$fg_port" 30 $!; then
 		fg_note="floodgate serve ($1 store) did not start: $(tail -3 "$work/fg.log" | tr '\n' ' ')"
@@ -195,56 +199,86 @@ else
 fi
 
 # --- the runs ---------------------------------------------------------------
-# drive NAME PORT runs the load generator against one service, printing its
-# JSON summary to $work/NAME.json.
-drive() {
-	redis-cli -p "$redis_port" flushall >/dev/null
-	log "load: $1 on 127.0.0.1:$2 for $WARMUP + $DURATION"
-	"$work/fgload" -target grpc -addr "127.0.0.1:$2" -domain bench -attribute user \
-		-keys "$KEYS" -dist "$DIST" -rate "$RATE" -concurrency "$CONCURRENCY" \
-		-conns "$CONNS" -duration "$DURATION" -warmup "$WARMUP" -json \
-		>"$work/$1.json"
+# cpu_ticks PID prints the CPU time (user + system, in clock ticks) used so far
+# by process PID, or by its child when PID is the `timeout` wrapper.
+cpu_ticks() {
+	local pid=$1 child
+	child=$(ps -o pid= --ppid "$pid" 2>/dev/null | head -1 | tr -d ' ')
+	[[ -n $child ]] && pid=$child
+	awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0
 }
-[[ -n $ref_port ]] && drive reference "$ref_port"
-[[ -n $fg_port ]] && drive floodgate "$fg_port"
+hz=$(getconf CLK_TCK)
+
+# drive NAME PORT PID ROUND warms one service up, then measures it, writing the
+# load generator's JSON summary to $work/NAME-ROUND.json and the CPU time the
+# service and Redis spent during the measured part to $work/NAME-ROUND.cpu.
+drive() {
+	local common=(-target grpc -addr "127.0.0.1:$2" -domain bench -attribute user
+		-keys "$KEYS" -dist "$DIST" -rate "$RATE" -concurrency "$CONCURRENCY" -conns "$CONNS")
+	redis-cli -p "$redis_port" flushall >/dev/null
+	log "load: $1 on 127.0.0.1:$2, round $4: $WARMUP warm-up + $DURATION"
+	if [[ $WARMUP != 0 && $WARMUP != 0s ]]; then
+		"$work/fgload" "${common[@]}" -duration "$WARMUP" -quiet -json >/dev/null
+	fi
+	local s0 r0
+	s0=$(cpu_ticks "$3")
+	r0=$(cpu_ticks "$redis_pid")
+	"$work/fgload" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json"
+	echo "$(($(cpu_ticks "$3") - s0)) $(($(cpu_ticks "$redis_pid") - r0))" >"$work/$1-$4.cpu"
+}
+ROUNDS=${ROUNDS:-1}
+for ((round = 1; round <= ROUNDS; round++)); do
+	[[ -n $ref_port ]] && drive reference "$ref_port" "$ref_pid" "$round"
+	[[ -n $fg_port ]] && drive floodgate "$fg_port" "$fg_pid" "$round"
+done
 
 # --- the table ----------------------------------------------------------------
 echo
 echo "# Service comparison over gRPC ShouldRateLimit, $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'),"\
-	"$(go env GOVERSION), $(redis-server --version | awk '{print $3}')"
+	"$(go env GOVERSION), redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if ((RATE > 0)); then model="open model, $RATE req/s offered, ≤$CONCURRENCY in flight"; else model="closed model, $CONCURRENCY workers"; fi
-echo "load: $model, $CONNS gRPC conns, $KEYS $DIST keys, $WARMUP warm-up + $DURATION; one Redis, services run one after the other"
+echo "load: $model, $CONNS gRPC conns, $KEYS $DIST keys, $WARMUP warm-up + $DURATION per service and round;"
+echo "      one Redis (flushed before each run), services driven one after the other, load generator on the same machine"
 echo
-printf '| %-34s | %12s | %9s | %9s | %9s | %8s | %8s |\n' service "req/s" "p50 µs" "p99 µs" "max µs" denied errors
-printf '|%s|%s|%s|%s|%s|%s|%s|\n' "$(printf -- '-%.0s' {1..36})" "$(printf -- '-%.0s' {1..14})" \
-	"$(printf -- '-%.0s' {1..11})" "$(printf -- '-%.0s' {1..11})" "$(printf -- '-%.0s' {1..11})" \
-	"$(printf -- '-%.0s' {1..10})" "$(printf -- '-%.0s' {1..10})"
+printf '| %-30s | %10s | %8s | %8s | %8s | %12s | %12s | %8s | %7s |\n' \
+	service "req/s" "p50 µs" "p99 µs" "max µs" "svc µs/req" "redis µs/req" denied errors
+echo "|--------------------------------|-----------:|---------:|---------:|---------:|-------------:|-------------:|---------:|--------:|"
 row() {
-	local j
+	local j c
 	j=$(cat "$work/$2.json")
-	printf '| %-34s | %12.0f | %9.0f | %9.0f | %9.0f | %8s | %8s |\n' "$1" \
-		"$(field "$j" throughput)" "$(field "$j" p50)" "$(field "$j" p99)" "$(field "$j" max)" \
-		"$(field "$j" denied)" "$(field "$j" errors)"
+	read -r -a c <"$work/$2.cpu"
+	awk -v name="$1" -v t="$(field "$j" throughput)" -v p50="$(field "$j" p50)" -v p99="$(field "$j" p99)" \
+		-v mx="$(field "$j" max)" -v n="$(field "$j" requests)" -v d="$(field "$j" denied)" \
+		-v e="$(field "$j" errors)" -v sc="${c[0]}" -v rc="${c[1]}" -v hz="$hz" 'BEGIN {
+		n = (n > 0 ? n : 1)
+		printf "| %-30s | %10.0f | %8.0f | %8.0f | %8.0f | %12.1f | %12.1f | %8d | %7d |\n",
+			name, t, p50, p99, mx, sc / hz * 1e6 / n, rc / hz * 1e6 / n, d, e
+	}'
 }
-[[ -n $ref_port ]] && row "envoyproxy/ratelimit (redis)" reference
-[[ -n $fg_port ]] && row "floodgate ($fg_store store)" floodgate
+for ((round = 1; round <= ROUNDS; round++)); do
+	[[ -n $ref_port ]] && row "envoyproxy/ratelimit (redis)" "reference-$round"
+	[[ -n $fg_port ]] && row "floodgate ($fg_store store)" "floodgate-$round"
+done
 echo
 if [[ -n $ref_port && -n $fg_port ]]; then
-	rj=$(cat "$work/reference.json")
-	fj=$(cat "$work/floodgate.json")
-	awk -v ft="$(field "$fj" throughput)" -v rt="$(field "$rj" throughput)" \
-		-v fp="$(field "$fj" p99)" -v rp="$(field "$rj" p99)" -v st="$fg_store" 'BEGIN {
-		printf "floodgate / reference: throughput %.2fx, p99 %.2fx", ft / rt, fp / rp
-		if (st != "redis") printf "  (floodgate on its %s store: not a like-for-like comparison)", st
-		printf "\n"
-	}'
+	for ((round = 1; round <= ROUNDS; round++)); do
+		rj=$(cat "$work/reference-$round.json")
+		fj=$(cat "$work/floodgate-$round.json")
+		awk -v ft="$(field "$fj" throughput)" -v rt="$(field "$rj" throughput)" \
+			-v fp="$(field "$fj" p99)" -v rp="$(field "$rj" p99)" -v st="$fg_store" -v r="$round" 'BEGIN {
+			printf "round %d, floodgate / reference: throughput %.2fx, p99 %.2fx", r, ft / rt, fp / rp
+			if (st != "redis") printf "  (floodgate on its %s store: not like for like)", st
+			printf "\n"
+		}'
+	done
 fi
 [[ -n $ref_note ]] && echo "note: $ref_note"
 [[ -n $fg_note ]] && echo "note: $fg_note"
-for s in reference floodgate; do
-	if [[ -f $work/$s.json ]] && grep -q '"error_kinds"' "$work/$s.json"; then
-		echo "errors from $s: $(grep -o '"error_kinds":\[[^]]*\]' "$work/$s.json")"
+for f in "$work"/*.json; do
+	[[ -e $f ]] || continue
+	if grep -q '"error_kinds"' "$f"; then
+		echo "errors in $(basename "$f" .json): $(grep -o '"error_kinds":\[[^]]*\]' "$f")"
 	fi
 done
 exit 0
