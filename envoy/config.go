@@ -41,6 +41,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error returns "file:line:column: field: reason".
 func (e *ConfigError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)

@@ -320,8 +320,9 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
 		case "requests_per_unit":
 			l.rpu, rpuNode = uint32(p.uint(v, f, 32)), v
 		case "unit_multiplier":
+			before := len(p.errs)
 			l.multiplier = uint32(p.uint(v, f, 32))
-			if l.multiplier == 0 && p.scalar(v, f) {
+			if l.multiplier == 0 && len(p.errs) == before {
 				p.fail(v, f, "must be at least 1")
 			}
 		case "unlimited":
