@@ -182,7 +182,11 @@ func TestEpochAlignedWindows(t *testing.T) {
 	h.clock.Advance(500 * time.Millisecond) // the minute rolls for every key at once
 	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 3, minute, 2, time.Minute})
 	// unit_multiplier: windows of 10s aligned to the epoch.
-	h.check(h.ask("edge", 0, desc("batch", "x")), ok, want{ok, 4, second, 3, 10 * time.Second})
+	resp := h.ask("edge", 0, desc("batch", "x"))
+	h.check(resp, ok, want{ok, 4, second, 3, 10 * time.Second})
+	if got := resp.Statuses[0].CurrentLimit.GetUnitMultiplier().GetValue(); got != 10 {
+		t.Errorf("unit_multiplier = %d, want 10", got)
+	}
 	h.clock.Advance(2500 * time.Millisecond)
 	h.check(h.ask("edge", 0, desc("batch", "x")), ok, want{ok, 4, second, 2, 7500 * time.Millisecond})
 }
