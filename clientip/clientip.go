@@ -185,19 +185,37 @@ func (r *Resolver) Header() string { return r.header }
 // headers.
 func (r *Resolver) Request(req *http.Request) Client {
 	peer, _ := ParseAddr(req.RemoteAddr)
-	return r.Resolve(peer, req.Header)
+	c := r.resolve(peer, req.Header, true)
+	if c.Key == "" && c.Addr.IsValid() {
+		// An IPv4 peer's key is its address exactly as RemoteAddr spells
+		// it (netip accepts only the canonical dotted form): reuse those
+		// bytes rather than formatting them again.
+		host := req.RemoteAddr
+		if i := strings.LastIndexByte(host, ':'); i >= 0 {
+			host = host[:i]
+		}
+		c.Key = host
+	}
+	return c
 }
 
 // Resolve resolves the client of a request that arrived from the socket peer
 // peer carrying headers h (h may be nil). An invalid peer yields a Client
 // with an empty Key.
 func (r *Resolver) Resolve(peer netip.Addr, h Headers) Client {
+	return r.resolve(peer, h, false)
+}
+
+// resolve resolves the client. With lazyPeerKey, a result that is a plain
+// IPv4 peer is returned with an empty Key, for the caller to fill in.
+func (r *Resolver) resolve(peer netip.Addr, h Headers, lazyPeerKey bool) Client {
+	plain := peer.Is4() // not mapped, no zone: RemoteAddr holds its canonical form
 	peer = normalise(peer)
 	if !peer.IsValid() {
 		return Client{}
 	}
 	if h == nil || !r.trustsPeer(peer) {
-		return r.client(peer, false)
+		return r.peerClient(peer, lazyPeerKey && plain)
 	}
 	var (
 		addr netip.Addr
@@ -222,9 +240,9 @@ func (r *Resolver) Resolve(peer netip.Addr, h Headers) Client {
 		if r.onFallback != nil {
 			r.onFallback(r.header, err)
 		}
-		return r.client(peer, false)
+		return r.peerClient(peer, lazyPeerKey && plain)
 	case !addr.IsValid():
-		return r.client(peer, false) // no header: the peer is the client
+		return r.peerClient(peer, lazyPeerKey && plain) // no header: the peer is the client
 	}
 	return r.client(addr, true)
 }
@@ -244,6 +262,13 @@ func (r *Resolver) Key(addr netip.Addr) string {
 	}
 	p, _ := addr.Prefix(r.v6bits)
 	return string(p.AppendTo(buf[:0]))
+}
+
+func (r *Resolver) peerClient(peer netip.Addr, lazy bool) Client {
+	if lazy {
+		return Client{Addr: peer}
+	}
+	return r.client(peer, false)
 }
 
 func (r *Resolver) client(addr netip.Addr, forwarded bool) Client {

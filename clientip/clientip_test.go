@@ -104,6 +104,9 @@ func TestResolve(t *testing.T) {
 			if got := c.Key; got != tt.key {
 				t.Errorf("Key = %q, want %q", got, tt.key)
 			}
+			if got, want := c.Key, r.Key(c.Addr); got != want {
+				t.Errorf("Request's Key %q differs from Key(Addr) %q", got, want)
+			}
 			if got, want := r.Fallbacks() == 1, tt.fallback; got != want {
 				t.Errorf("fallback counted = %v, want %v", got, want)
 			}

@@ -607,41 +607,48 @@ func TestNewErrors(t *testing.T) {
 }
 
 // A client that sends its own forwarding headers cannot change its bucket,
-// and a thousand different spoofed addresses create no new key.
+// and a thousand different spoofed addresses create no new key. One limiter
+// holds a rule per header the server might be configured to read.
 func TestSpoofedHeadersShareOneBucket(t *testing.T) {
+	var rules []floodgate.Rule
+	attrs := map[string]KeyFunc{}
 	for _, header := range []string{clientip.HeaderXForwardedFor, clientip.HeaderForwarded, clientip.HeaderXRealIP} {
-		t.Run(header, func(t *testing.T) {
-			f := newFixture(t, perIP(1000, time.Minute), nil)
-			// The server trusts proxies in 10.0.0.0/8; the test client on
-			// loopback is not one of them.
-			res := clientip.MustNew(&clientip.Options{
-				TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-				Header:         header,
-			})
-			srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(res)}}, ok)
-			client := srv.Client()
-			for i := range 1000 {
-				spoof := netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)}).String()
-				req, _ := http.NewRequest("GET", srv.URL, nil)
-				req.Header.Set("X-Forwarded-For", spoof)
-				req.Header.Set("Forwarded", "for="+spoof)
-				req.Header.Set("X-Real-IP", spoof)
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					t.Fatalf("request %d: %d", i, resp.StatusCode)
-				}
-			}
-			if n := f.store.Len(); n != 1 {
-				t.Errorf("store holds %d keys after 1000 spoofed requests, want 1", n)
-			}
-			if res := get(t, srv.URL); res.status != 429 {
-				t.Errorf("request 1001: %d, want 429 (all spoofed requests in one bucket)", res.status)
-			}
+		// The server trusts proxies in 10.0.0.0/8; the test client on
+		// loopback is not one of them.
+		res := clientip.MustNew(&clientip.Options{
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+			Header:         header,
 		})
+		rules = append(rules, floodgate.Rule{Name: "via-" + header, Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Minute, Key: []string{header}})
+		attrs[header] = ClientIP(res)
+	}
+	f := newFixture(t, rules, nil)
+	srv := f.serve(t, &Options{Attributes: attrs}, ok)
+	client := srv.Client()
+	for i := range 1000 {
+		spoof := netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)}).String()
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-Forwarded-For", spoof)
+		req.Header.Set("Forwarded", "for="+spoof)
+		req.Header.Set("X-Real-IP", spoof)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if n := f.store.Len(); n != len(rules) {
+		t.Errorf("store holds %d keys after 1000 spoofed requests, want %d (one per rule)", n, len(rules))
+	}
+	res := get(t, srv.URL)
+	if res.status != 429 {
+		t.Errorf("request 1001: %d, want 429 (all spoofed requests in one bucket)", res.status)
+	}
+	if !strings.Contains(res.body, `"via-X-Forwarded-For","via-Forwarded","via-X-Real-IP"`) {
+		t.Errorf("violated policies: %s", res.body)
 	}
 }
 
