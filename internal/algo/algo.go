@@ -132,7 +132,7 @@ func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
 			return true, false, 0
 		}
 		need := (n-s.A)*p.Window - s.B
-		return false, false, ceilDiv(need, p.Limit)
+		return false, false, bucketLag(s, now) + ceilDiv(need, p.Limit)
 	case GCRA:
 		if n > p.Burst {
 			return false, true, 0
@@ -153,6 +153,7 @@ func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
 // returns the stamp a refund needs: the window start for FixedWindow, the
 // bucket number for SlidingWindow, 0 otherwise. s must be normalized.
 func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
+	n = min(n, MaxUnits) // a larger charge means the same, and would overflow
 	switch p.Kind {
 	case FixedWindow:
 		s.B = addClamped(s.B, n)
@@ -168,7 +169,7 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 			s.A = floor
 		}
 	case GCRA:
-		d := min(gcraDebt(p, s, now)+n*p.Window, MaxUnits+p.Burst*p.Window)
+		d := min(gcraDebt(p, s, now)+min(n, MaxUnits/p.Window+p.Burst)*p.Window, MaxUnits+p.Burst*p.Window)
 		s.A, s.B = now+d/p.Limit, d%p.Limit
 	case Concurrency:
 		addLease(s, Lease{ID: lease, N: n, Exp: now + p.Window})
@@ -203,8 +204,8 @@ func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 	case Concurrency:
 		for i, l := range s.Leases {
 			if l.ID == lease {
-				s.A -= l.N
 				s.Leases = append(s.Leases[:i], s.Leases[i+1:]...)
+				s.A = sumLeases(s)
 				break
 			}
 		}
@@ -227,7 +228,7 @@ func Status(p *Params, s *State, now int64) (remaining, reset int64) {
 		if s.A >= p.Burst {
 			return rem, 0
 		}
-		return rem, ceilDiv((p.Burst-s.A)*p.Window-s.B, p.Limit)
+		return rem, bucketLag(s, now) + ceilDiv((p.Burst-s.A)*p.Window-s.B, p.Limit)
 	case GCRA:
 		d := gcraDebt(p, s, now)
 		return max(0, (p.Burst*p.Window-d)/p.Window), ceilDiv(d, p.Limit)
@@ -264,6 +265,10 @@ func gcraDebt(p *Params, s *State, now int64) int64 {
 	}
 	return (s.A-now)*p.Limit + s.B
 }
+
+// bucketLag is how far the clock stepped back behind the bucket's last
+// refill: refilling resumes only once now passes it again.
+func bucketLag(s *State, now int64) int64 { return max(0, s.C-now) }
 
 func normBucket(p *Params, s *State, now int64) {
 	if !s.Live {

@@ -85,12 +85,22 @@ func normLeases(s *State, now int64) {
 	s.Live = true
 	i := 0
 	for i < len(s.Leases) && s.Leases[i].Exp <= now {
-		s.A -= s.Leases[i].N
 		i++
 	}
 	if i > 0 {
 		s.Leases = append(s.Leases[:0], s.Leases[i:]...)
+		s.A = sumLeases(s)
 	}
+}
+
+// sumLeases is the slots held, saturating at MaxUnits: a clamped sum cannot
+// be kept by subtraction.
+func sumLeases(s *State) int64 {
+	var n int64
+	for _, l := range s.Leases {
+		n = addClamped(n, l.N)
+	}
+	return n
 }
 
 func checkLeases(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
