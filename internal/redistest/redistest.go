@@ -1,0 +1,334 @@
+// Package redistest starts real redis-server processes for tests: a single
+// node or a three-master Cluster, on free loopback ports, without
+// persistence, in temporary directories, stopped when the test ends.
+//
+// A missing redis-server binary fails the test with the command that
+// installs it; tests never skip because Redis is absent.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// installHint is how to get the binaries these helpers run.
+const installHint = "redis-server and redis-cli are required: apt-get install redis-server"
+
+// Server is one redis-server process. Its methods are safe for concurrent
+// use.
+type Server struct {
+	// Addr is the server's "127.0.0.1:port" address.
+	Addr string
+	// Port is the server's TCP port.
+	Port int
+
+	t     testing.TB
+	dir   string
+	extra []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts a single-node Redis on a free loopback port and stops it
+// when t ends. extra are additional redis-server arguments.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	requireBinaries(t)
+	var last error
+	for range 5 {
+		port := freePort(t, false)
+		s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir(), extra: extra}
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: cannot start redis-server: %v", last)
+	return nil
+}
+
+func requireBinaries(t testing.TB) {
+	t.Helper()
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("redistest: %s not found in PATH; %s", bin, installHint)
+		}
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago; with bus set,
+// port+10000 (the Cluster bus) was free too.
+func freePort(t testing.TB, bus bool) int {
+	t.Helper()
+	for range 200 {
+		var port int
+		if bus {
+			port = 20000 + rand.IntN(30000)
+		} else {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("redistest: listen: %v", err)
+			}
+			port = l.Addr().(*net.TCPAddr).Port
+			l.Close()
+			if port+10000 > 65535 {
+				continue
+			}
+		}
+		if portFree(port) && (!bus || portFree(port+10000)) {
+			return port
+		}
+	}
+	t.Fatalf("redistest: no free loopback port")
+	return 0
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// start launches the process and waits until it answers PING. The caller
+// holds no lock.
+func (s *Server) start() error {
+	args := []string{
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--daemonize", "no", "--loglevel", "warning",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}
+	args = append(args, s.extra...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	s.mu.Lock()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, strings.TrimSpace(string(log)))
+		default:
+		}
+		if r, err := s.Do("PING"); err == nil && r == "PONG" {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Kill()
+	return fmt.Errorf("redis-server on port %d did not answer PING within 10s", s.Port)
+}
+
+// Kill stops the process at once (SIGKILL) and waits for it to exit. It is
+// a no-op when the server is not running.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Kill()
+	<-done
+}
+
+// Restart starts the server again on the same port, empty (no persistence,
+// no scripts loaded). The server must have been killed.
+func (s *Server) Restart() {
+	s.t.Helper()
+	var err error
+	for range 50 { // the port may linger briefly after a kill
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart: %v", err)
+}
+
+// Do sends one command over a fresh connection and returns its reply
+// flattened to a string: arrays are joined with newlines, nil is "", an
+// error reply is returned as an error.
+func (s *Server) Do(args ...string) (string, error) {
+	return Do(s.Addr, args...)
+}
+
+// MustDo is Do that fails the test on error.
+func (s *Server) MustDo(args ...string) string {
+	s.t.Helper()
+	r, err := s.Do(args...)
+	if err != nil {
+		s.t.Fatalf("redistest: %s %v: %v", s.Addr, args, err)
+	}
+	return r
+}
+
+// CommandCalls returns the calls counted by INFO commandstats, by command
+// name ("evalsha", "eval", ...).
+func (s *Server) CommandCalls() map[string]int64 {
+	s.t.Helper()
+	out := map[string]int64{}
+	for _, line := range strings.Split(s.MustDo("INFO", "commandstats"), "\n") {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				out[strings.TrimPrefix(name, "cmdstat_")] = n
+			}
+		}
+	}
+	return out
+}
+
+// Do sends one command to addr over a fresh connection; see Server.Do.
+func Do(addr string, args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(b.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+func readReply(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("redistest: empty reply line")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, _ := strconv.Atoi(line[1:])
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, _ := strconv.Atoi(line[1:])
+		parts := make([]string, 0, max(n, 0))
+		for range n {
+			p, err := readReply(r)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return "", fmt.Errorf("redistest: unexpected reply %q", line)
+}
+
+// Cluster is a Redis Cluster of three masters without replicas.
+type Cluster struct {
+	// Nodes are the masters; Nodes[i].Addr are the seed addresses.
+	Nodes []*Server
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// StartCluster starts three Cluster-enabled nodes, joins them with
+// redis-cli --cluster create (no replicas) and waits until every node reports
+// cluster_state:ok. The nodes stop when t ends.
+func StartCluster(t testing.TB) *Cluster {
+	t.Helper()
+	requireBinaries(t)
+	c := &Cluster{}
+	for range 3 {
+		var node *Server
+		var last error
+		for range 5 {
+			port := freePort(t, true)
+			s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+			s.extra = []string{
+				"--cluster-enabled", "yes",
+				"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+				"--cluster-node-timeout", "1000",
+				"--cluster-require-full-coverage", "no",
+			}
+			if last = s.start(); last == nil {
+				node = s
+				break
+			}
+		}
+		if node == nil {
+			t.Fatalf("redistest: cannot start cluster node: %v", last)
+		}
+		t.Cleanup(node.Kill)
+		c.Nodes = append(c.Nodes, node)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range c.Nodes {
+		for {
+			info, err := n.Do("CLUSTER", "INFO")
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster not ok after 20s: %v %s", err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return c
+}

@@ -1,0 +1,138 @@
+package redis
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// denyCache remembers rule keys Redis denied, until the instant the denial
+// can first lift, so a flood on a denied key is answered without a round
+// trip. See the package documentation for when this is exact.
+type denyCache struct {
+	seed   maphash.Seed
+	shards [16]denyShard
+	per    int
+}
+
+type denyShard struct {
+	mu sync.Mutex
+	m  map[cacheKey]denial
+	_  [40]byte
+}
+
+type cacheKey struct{ scope, key string }
+
+// denial is one cached denial. Times are local clock readings in ns.
+type denial struct {
+	until   int64 // the denial can lift from here on
+	resetAt int64
+	cost    int64 // the smallest cost known denied
+	rem     int64
+	params  floodgate.Params
+}
+
+func newDenyCache(size int) *denyCache {
+	c := &denyCache{seed: maphash.MakeSeed(), per: max(1, size/16)}
+	for i := range c.shards {
+		c.shards[i].m = make(map[cacheKey]denial)
+	}
+	return c
+}
+
+func (c *denyCache) shard(k cacheKey) *denyShard {
+	h := maphash.String(c.seed, k.key) ^ maphash.String(c.seed, k.scope)
+	return &c.shards[h&15]
+}
+
+// cacheable reports whether a denial of op may be remembered: an enforced
+// rule whose state only moves towards admitting with time. Concurrency
+// leases are released at any moment, so they are never cached.
+func cacheable(op *floodgate.Op) bool {
+	return !op.Shadow && op.Params.Algorithm != floodgate.Concurrency
+}
+
+func (c *denyCache) lookup(op *floodgate.Op, cost, now int64) (denial, bool) {
+	k := cacheKey{op.Scope, op.Key}
+	sh := c.shard(k)
+	sh.mu.Lock()
+	d, ok := sh.m[k]
+	sh.mu.Unlock()
+	if !ok || now >= d.until || cost < d.cost || d.params != op.Params {
+		return denial{}, false
+	}
+	return d, true
+}
+
+// deny answers b locally when one of its enforced rules is known to deny
+// its cost now, and reports whether it did. Rules found in the cache report
+// the cached denial; the other rules, not evaluated, report admitted with
+// their full limit.
+func (c *denyCache) deny(b *floodgate.Batch, now int64) bool {
+	hit := false
+	for i := range b.Ops {
+		if op := &b.Ops[i]; cacheable(op) {
+			if _, ok := c.lookup(op, b.Cost, now); ok {
+				hit = true
+				break
+			}
+		}
+	}
+	if !hit {
+		return false
+	}
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		op.Stamp = 0
+		if d, ok := c.lookup(op, b.Cost, now); ok && cacheable(op) {
+			retry := time.Duration(d.until - now)
+			op.Result = floodgate.Result{Remaining: d.rem, RetryAfter: retry, ResetAfter: max(retry, time.Duration(d.resetAt-now))}
+			continue
+		}
+		op.Result = floodgate.Result{Allowed: true, Remaining: op.Params.Limit}
+	}
+	b.Allowed = false
+	return true
+}
+
+// learn remembers the denials in b's results, measured from now, the local
+// time taken before the request was sent, so the cached denial lifts no
+// later than the server's.
+func (c *denyCache) learn(b *floodgate.Batch, now int64) {
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		r := &op.Result
+		if r.Allowed || r.Never || r.RetryAfter <= 0 || !cacheable(op) {
+			continue
+		}
+		k := cacheKey{op.Scope, op.Key}
+		d := denial{until: now + int64(r.RetryAfter), resetAt: now + int64(r.ResetAfter), cost: b.Cost, rem: r.Remaining, params: op.Params}
+		sh := c.shard(k)
+		sh.mu.Lock()
+		if _, ok := sh.m[k]; !ok && len(sh.m) >= c.per {
+			for ok, v := range sh.m {
+				if v.until <= now {
+					delete(sh.m, ok)
+				}
+			}
+		}
+		if _, ok := sh.m[k]; ok || len(sh.m) < c.per {
+			sh.m[k] = d
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// forget drops b's keys: a refund or reset through this store may admit
+// them again before their cached denials would lift.
+func (c *denyCache) forget(b *floodgate.Batch) {
+	for i := range b.Ops {
+		k := cacheKey{b.Ops[i].Scope, b.Ops[i].Key}
+		sh := c.shard(k)
+		sh.mu.Lock()
+		delete(sh.m, k)
+		sh.mu.Unlock()
+	}
+}

@@ -1,0 +1,74 @@
+// Package redis is floodgate's shared store: rule state in Redis 7 (single
+// node, Sentinel or Cluster), so that every instance of a service enforces
+// the same limits.
+//
+// # One script call per decision
+//
+// Every algorithm is implemented by one Lua script (scripts/apply.lua,
+// embedded), a port of package internal/algo that reproduces its integer
+// microsecond arithmetic exactly. A whole decision — every rule's key,
+// parameters, the cost and the mode — is one EVALSHA call, so all-or-nothing
+// across rules holds atomically on the server. The script is sent by SHA-1;
+// a server that does not hold it (restarted, failed over, new) answers
+// NOSCRIPT and the call is repeated with EVAL, which loads it.
+//
+// Time is the server's TIME, so instances with skewed clocks agree.
+// Options.UseBatchTime uses the limiter's clock instead (for tests with a
+// fake clock).
+//
+// # Keys
+//
+// A rule key's state lives under prefix + "{limiter/rule:key}:" + a letter
+// naming the algorithm (concurrency adds a lease set, refunded tickets a
+// marker). The braces are a Cluster hash tag: all of one rule key's data
+// shares a slot. Every key is written with a TTL in the same script step,
+// from the instant its state means the same as an absent key; a key that
+// means "absent" is deleted instead. A fixed window that is full writes
+// nothing on refused hits.
+//
+// # Cluster
+//
+// In Cluster, the rules of one decision usually hash to different slots. The
+// store then runs the script once per slot, in parallel (one pipelined
+// round trip): each slot checks its rules and charges them only if they all
+// admit. When one slot denies, the store refunds (compensates) the slots that
+// charged, in a second round trip. So:
+//
+//   - no rule ever admits more than its limit: each slot's check-and-charge
+//     is atomic;
+//   - a denied decision's units stay charged on the other slots for at most
+//     one more round trip, during which a concurrent decision may be denied
+//     that would have been admitted: the skew is towards strictness, bounded
+//     by one round trip;
+//   - if the compensation itself fails (a node went away), those units stay
+//     charged until their window passes: stricter, never looser.
+//
+// Decisions whose keys share a slot (rules keyed identically in a limiter
+// whose key functions put a common tag first, or single-rule limiters) are
+// one atomic call, as on a single node.
+//
+// # Over-limit cache
+//
+// A denial of an enforced rule (not shadow, not concurrency) at cost n comes
+// with the exact time T until n would be admitted assuming no other
+// traffic. More traffic only moves T later, and a larger cost only later
+// still, so until T the store denies that rule key locally, for any cost
+// of at least n, without a round trip. The cache is keyed by rule key and
+// parameters (a changed limit bypasses it). Two things move T earlier: a
+// refund or reset (this store drops its entries for the keys it refunds or
+// resets; other instances' refunds are not seen, so this instance stays
+// stricter until T, never looser), and clock drift (T is measured from the
+// local time the request was sent, so it lifts no later than the server's).
+// Locally denied decisions report the cached rules; the others are not
+// evaluated and report admitted with their full limit. Options.DenyCacheSize
+// bounds it or turns it off.
+//
+// # Failure
+//
+// A Store is a remote store: the limiter gives each call its deadline and
+// its circuit breaker and applies its failure policy. With
+// Options.Fallback, an unreachable Redis is answered instead from a memory
+// store whose limits are divided by the expected number of instances; the
+// store probes Redis again after Fallback.Retry. Limiters then see no
+// errors, so their breakers stay closed while the fallback answers.
+package redis

@@ -1,0 +1,120 @@
+package redis
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// DefaultKeyPrefix is the prefix of every key a Store writes when
+// Options.KeyPrefix is empty.
+const DefaultKeyPrefix = "fg:"
+
+// DefaultDenyCacheSize is the number of denied keys the local over-limit
+// cache holds when Options.DenyCacheSize is 0.
+const DefaultDenyCacheSize = 65536
+
+// Options configure a Store. Every field is optional; the zero value
+// connects to redis://127.0.0.1:6379/0.
+type Options struct {
+	// URL locates the server: redis://[user:password@]host:port[/db],
+	// rediss:// for TLS, or unix:///path/to/redis.sock?db=N. Repeated
+	// addr=host:port query parameters add Cluster seeds, and
+	// master_set=name makes the address a Sentinel's. Default
+	// "redis://127.0.0.1:6379/0" unless Cluster or Sentinel is set.
+	URL string
+	// Cluster lists seed addresses ("host:port") of a Redis Cluster. The
+	// client discovers the other nodes and follows slot migrations.
+	Cluster []string
+	// Sentinel, when set, finds the master through Redis Sentinel.
+	Sentinel *Sentinel
+
+	// Username and Password authenticate (ACL user, or password only with
+	// the default user). They override the URL's.
+	Username string
+	Password string
+	// DB selects the database of a single node or Sentinel master; it
+	// overrides the URL's. Cluster has only database 0.
+	DB int
+	// TLS, when set, encrypts connections with this configuration. A
+	// rediss:// URL turns TLS on with the system roots.
+	TLS *tls.Config
+	// DialTimeout bounds connecting; 0 means 5s.
+	DialTimeout time.Duration
+
+	// PipelineMultiplex spreads auto-pipelined commands over 2^n
+	// connections per node; 0 keeps the client's default (2 when
+	// GOMAXPROCS > 1). More connections help when one connection's writes
+	// saturate a core.
+	PipelineMultiplex int
+	// MaxFlushDelay makes the auto-pipeliner wait up to this long to
+	// gather more commands into one write; 0 (the default) flushes as soon
+	// as the connection is free, which gives the lowest latency.
+	MaxFlushDelay time.Duration
+
+	// KeyPrefix starts every key the store writes; default DefaultKeyPrefix.
+	// It must not contain '{' or '}' (keys carry their own hash tags).
+	KeyPrefix string
+
+	// Client, when set, is an existing rueidis client to use instead of
+	// connecting; the connection fields above are then ignored and Close
+	// leaves the client open.
+	Client rueidis.Client
+	// GoRedis, when set (and Client is not), is an existing go-redis client
+	// to use instead: a *goredis.Client, *goredis.ClusterClient (then the
+	// store splits cross-slot decisions), a failover client, or an
+	// *goredis.AutoPipeliner. Close leaves it open. go-redis's
+	// auto-pipeliner does not honour per-call deadlines, so prefer a plain
+	// client with it; rueidis is the default because it measured faster
+	// (see docs/redis.md).
+	GoRedis goredis.Scripter
+
+	// UseBatchTime makes the scripts use Batch.Now (the limiter's clock)
+	// instead of the server's TIME. Tests use it to drive a Redis store
+	// with a fake clock; in production leave it false, so instances with
+	// skewed clocks agree.
+	UseBatchTime bool
+
+	// DenyCacheSize bounds the local over-limit cache (see the package
+	// documentation); 0 means DefaultDenyCacheSize, negative disables the
+	// cache.
+	DenyCacheSize int
+
+	// Fallback, when set, answers from per-instance memory limits while
+	// Redis is unreachable, instead of returning the error to the
+	// limiter's failure policy.
+	Fallback *Fallback
+
+	// Logger receives compensations that could not be applied and the
+	// fallback's state changes; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Sentinel locates a master through Redis Sentinel.
+type Sentinel struct {
+	// Master is the name of the master set the sentinels monitor.
+	Master string
+	// Addrs are the sentinels' addresses ("host:port").
+	Addrs []string
+	// Username and Password authenticate to the sentinels (not to the
+	// master: use Options.Username and Options.Password for that).
+	Username string
+	Password string
+}
+
+// Fallback configures per-instance limits for while Redis is unreachable.
+type Fallback struct {
+	// Instances is how many instances share the limits: each rule's limit
+	// (and burst) is divided by it, and rounded down to at least 1. It
+	// must be at least 1.
+	Instances int
+	// Retry is how long the store answers from memory after Redis failed
+	// before it tries Redis again; 0 means 1s. One decision probes; the
+	// others keep using memory until the probe succeeds.
+	Retry time.Duration
+	// MaxKeys caps the keys the fallback holds; 0 means 100,000.
+	MaxKeys int
+}

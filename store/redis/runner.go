@@ -1,0 +1,144 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// call is one script invocation: one slot's share of a batch.
+type call struct {
+	keys  []string
+	args  []string
+	reply []int64
+	err   error
+}
+
+// runner runs the script with EVALSHA, falling back to EVAL when the server
+// does not hold it (a restarted or new node), and fills each call's reply or
+// err. Calls of one run go out together (pipelined) and may reach
+// different nodes.
+type runner interface {
+	run(ctx context.Context, calls []*call)
+	cluster() bool
+	close()
+}
+
+// serverError is an error reply from Redis (as opposed to a failure to get
+// any reply).
+type serverError struct{ msg string }
+
+func (e *serverError) Error() string { return "redis: " + e.msg }
+
+func isNoScript(err error) bool {
+	var se *serverError
+	return errors.As(err, &se) && strings.HasPrefix(se.msg, "NOSCRIPT")
+}
+
+// rueidisRunner runs scripts on a rueidis client, whose auto-pipelining
+// makes concurrent calls share round trips.
+type rueidisRunner struct {
+	c     rueidis.Client
+	owned bool
+}
+
+func (r *rueidisRunner) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
+
+func (r *rueidisRunner) close() {
+	if r.owned {
+		r.c.Close()
+	}
+}
+
+func (r *rueidisRunner) cmd(c *call, eval bool) rueidis.Completed {
+	if eval {
+		return r.c.B().Eval().Script(scriptSrc).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+	}
+	return r.c.B().Evalsha().Sha1(scriptSHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+}
+
+func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
+	if len(calls) == 1 {
+		c := calls[0]
+		r.fill(c, r.c.Do(ctx, r.cmd(c, false)))
+		if isNoScript(c.err) {
+			r.fill(c, r.c.Do(ctx, r.cmd(c, true)))
+		}
+		return
+	}
+	cmds := make(rueidis.Commands, len(calls))
+	for i, c := range calls {
+		cmds[i] = r.cmd(c, false)
+	}
+	var again []*call
+	for i, res := range r.c.DoMulti(ctx, cmds...) {
+		if r.fill(calls[i], res); isNoScript(calls[i].err) {
+			again = append(again, calls[i])
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	cmds = cmds[:0]
+	for _, c := range again {
+		cmds = append(cmds, r.cmd(c, true))
+	}
+	for i, res := range r.c.DoMulti(ctx, cmds...) {
+		r.fill(again[i], res)
+	}
+}
+
+func (r *rueidisRunner) fill(c *call, res rueidis.RedisResult) {
+	c.reply, c.err = res.AsIntSlice()
+	if re, ok := rueidis.IsRedisErr(c.err); ok {
+		c.err = &serverError{msg: re.Error()}
+	}
+}
+
+// goRedisRunner runs scripts on a go-redis client.
+type goRedisRunner struct {
+	c goredis.Scripter
+}
+
+func (r *goRedisRunner) cluster() bool {
+	_, ok := r.c.(*goredis.ClusterClient)
+	return ok
+}
+
+func (r *goRedisRunner) close() {}
+
+func (r *goRedisRunner) run(ctx context.Context, calls []*call) {
+	if len(calls) == 1 {
+		r.one(ctx, calls[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		wg.Go(func() { r.one(ctx, c) })
+	}
+	wg.Wait()
+}
+
+func (r *goRedisRunner) one(ctx context.Context, c *call) {
+	args := make([]any, len(c.args))
+	for i, a := range c.args {
+		args[i] = a
+	}
+	c.reply, c.err = goRedisReply(r.c.EvalSha(ctx, scriptSHA, c.keys, args...))
+	if isNoScript(c.err) {
+		c.reply, c.err = goRedisReply(r.c.Eval(ctx, scriptSrc, c.keys, args...))
+	}
+}
+
+func goRedisReply(cmd *goredis.Cmd) ([]int64, error) {
+	v, err := cmd.Int64Slice()
+	var re goredis.Error
+	if errors.As(err, &re) {
+		return nil, &serverError{msg: re.Error()}
+	}
+	return v, err
+}

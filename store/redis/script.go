@@ -1,0 +1,129 @@
+package redis
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+//go:embed scripts/apply.lua
+var scriptSrc string
+
+// scriptSHA is the SHA-1 EVALSHA names the script by.
+var scriptSHA = func() string {
+	sum := sha1.Sum([]byte(scriptSrc))
+	return hex.EncodeToString(sum[:])
+}()
+
+// Script modes: floodgate.Mode values, plus compensate.
+const (
+	modeCompensate = 5
+	argsPerOp      = 12
+	replyPerOp     = 7
+	headArgs       = 6
+)
+
+// suffix names each algorithm's state key, so a rule that changes its
+// algorithm never reads another algorithm's state as its own.
+var suffix = [...]string{
+	floodgate.FixedWindow:   "}:f",
+	floodgate.SlidingWindow: "}:s",
+	floodgate.TokenBucket:   "}:t",
+	floodgate.GCRA:          "}:g",
+	floodgate.Concurrency:   "}:c",
+}
+
+// stateKey is the key of op's state: the prefix, then the hash tag
+// {scope:key}, so that all of one rule key's data lives in one Cluster slot.
+// The scope holds no ':' and the key ends where the tag does, so distinct
+// (scope, key) pairs never share a key.
+func (s *Store) stateKey(op *floodgate.Op) string {
+	return s.prefix + "{" + op.Scope + ":" + op.Key + suffix[op.Params.Algorithm]
+}
+
+// calendar reports whether p's windows are calendar days or months.
+func calendar(p *floodgate.Params) bool {
+	return p.Algorithm == floodgate.FixedWindow && (p.Align == floodgate.AlignDay || p.Align == floodgate.AlignMonth)
+}
+
+// calWindow returns the calendar window [start, end) holding t (µs), as
+// algo computes it.
+func calWindow(p *floodgate.Params, t int64) (start, end int64) {
+	loc := p.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	y, m, d := time.UnixMicro(t).In(loc).Date()
+	if p.Align == floodgate.AlignDay {
+		return time.Date(y, m, d, 0, 0, 0, 0, loc).UnixMicro(), time.Date(y, m, d+1, 0, 0, 0, 0, loc).UnixMicro()
+	}
+	return time.Date(y, m, 1, 0, 0, 0, 0, loc).UnixMicro(), time.Date(y, m+1, 1, 0, 0, 0, 0, loc).UnixMicro()
+}
+
+// calBounds returns the boundaries of the calendar windows before, at and
+// after t: the script picks the one that holds its clock's reading, so a
+// server clock a window away from ours still finds its window.
+func calBounds(p *floodgate.Params, t int64) [4]int64 {
+	s, e := calWindow(p, t)
+	ps, _ := calWindow(p, s-1)
+	_, ne := calWindow(p, e)
+	return [4]int64{ps, s, e, ne}
+}
+
+// ticketLifetime is how long (µs) a refunded ticket is remembered: as long
+// as the window it was charged in can live. It matches store/memory.
+func ticketLifetime(p *floodgate.Params) int64 {
+	switch {
+	case p.Algorithm == floodgate.FixedWindow && p.Align == floodgate.AlignDay:
+		return 25 * 3600e6
+	case p.Algorithm == floodgate.FixedWindow && p.Align == floodgate.AlignMonth:
+		return 32 * 24 * 3600e6
+	}
+	return p.Window.Microseconds()
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// build fills c with the keys and arguments that run the ops at idx of b in
+// the given mode. now is "" for server time; ref (µs) is the time calendar
+// windows are computed around.
+func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now string, ref int64, stamps []int64) {
+	c.keys = c.keys[:0]
+	c.args = append(c.args[:0], strconv.Itoa(mode), now, itoa(b.Cost), strconv.FormatUint(b.Ticket, 10), strconv.Itoa(len(idx)), "0")
+	var keep int64
+	for _, i := range idx {
+		op := &b.Ops[i]
+		p := &op.Params
+		key := s.stateKey(op)
+		c.keys = append(c.keys, key)
+		if p.Algorithm == floodgate.Concurrency {
+			c.keys = append(c.keys, key+"l")
+		}
+		shadow := "0"
+		if op.Shadow {
+			shadow = "1"
+		}
+		stamp := op.Stamp
+		if stamps != nil {
+			stamp = stamps[i]
+		}
+		var bounds [4]int64
+		if calendar(p) {
+			bounds = calBounds(p, ref)
+		}
+		c.args = append(c.args,
+			strconv.Itoa(int(p.Algorithm)), itoa(p.Limit), itoa(p.Window.Microseconds()), itoa(p.Burst),
+			itoa(p.Buckets), strconv.Itoa(int(p.Align)), shadow, itoa(stamp),
+			itoa(bounds[0]), itoa(bounds[1]), itoa(bounds[2]), itoa(bounds[3]))
+		keep = max(keep, ticketLifetime(p))
+	}
+	if mode == int(floodgate.ModeRefund) {
+		c.args[5] = itoa(keep)
+		op := &b.Ops[idx[0]]
+		c.keys = append(c.keys, s.prefix+"{"+op.Scope+":"+op.Key+"}:r:"+c.args[3])
+	}
+}

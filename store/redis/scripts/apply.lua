@@ -1,0 +1,520 @@
+-- floodgate: apply one batch of rule operations in one atomic step.
+--
+-- This is a line-by-line port of internal/algo: every quantity is an integer
+-- number of microseconds or units held in a Lua number (a double), exact
+-- below 2^53, which rule validation keeps the products under. Divisions go
+-- through fdiv, which corrects the rounded quotient, so that they are exact.
+--
+-- ARGV[1] mode: 0 consume, 1 peek, 2 record, 3 refund, 4 reset,
+--               5 compensate (a refund that keeps no spent-ticket record)
+-- ARGV[2] now in µs, or "" to use the server's TIME
+-- ARGV[3] cost   ARGV[4] ticket (lease id)   ARGV[5] number of ops
+-- ARGV[6] how long a refunded ticket is remembered, µs
+-- then 12 values per op: kind limit window burst buckets align shadow stamp
+--                        b0 b1 b2 b3 (calendar window boundaries, µs)
+-- KEYS: each op's state key (a concurrency op has a second, its lease set),
+--       then, for refunds, the spent-ticket key.
+--
+-- Reply: {allowed, now, then per op: ok never retry remaining reset stamp took}
+-- or {-1, now} when a calendar window holding now was not among the
+-- boundaries passed in (nothing has been changed; the caller retries).
+
+local MAX = 9007199254740992 -- 2^53, algo.MaxUnits
+local floor = math.floor
+
+local mode = tonumber(ARGV[1])
+local now
+-- slack (ms) lengthens TTLs when the caller supplies the time: key expiry
+-- runs on the server's clock, which may run ahead of the caller's (a test's
+-- fake clock), and a key must not vanish before the caller's time reaches
+-- its expiry. A key that outlives its expiry means the same as an absent one.
+local slack = 0
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+  slack = 60000
+end
+local cost = tonumber(ARGV[3])
+local ticket = ARGV[4]
+local nops = tonumber(ARGV[5])
+local keep = tonumber(ARGV[6])
+
+-- fdiv is floor(a / b) for b > 0, exact for |a| < 2^53.
+local function fdiv(a, b)
+  local q = floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+local function fmod(a, b) return a - fdiv(a, b) * b end
+local function ceildiv(a, b)
+  if a <= 0 then return 0 end
+  return fdiv(a + b - 1, b)
+end
+local function addc(a, b)
+  if a > MAX - b then return MAX end
+  return a + b
+end
+local function num(x) return string.format('%.0f', x) end
+-- ttl is the relative expiry in ms (rounded up) of an instant exp in µs.
+local function ttl(exp)
+  local ms = ceildiv(exp - now, 1000)
+  if ms < 1 then ms = 1 end
+  ms = ms + slack
+  return num(ms)
+end
+
+local ops = {}
+local ki = 1
+for i = 1, nops do
+  local j = 7 + (i - 1) * 12
+  local op = {
+    kind = tonumber(ARGV[j]), limit = tonumber(ARGV[j + 1]), window = tonumber(ARGV[j + 2]),
+    burst = tonumber(ARGV[j + 3]), buckets = tonumber(ARGV[j + 4]), align = tonumber(ARGV[j + 5]),
+    shadow = ARGV[j + 6] == '1', stamp = tonumber(ARGV[j + 7]), bounds = j + 8,
+    key = KEYS[ki], a = 0, b = 0, c = 0, live = false, exists = false, dirty = false,
+    ok = false, never = false, retry = 0, rem = 0, reset = 0, out = 0, took = false,
+  }
+  ki = ki + 1
+  if op.kind == 5 then
+    op.lkey = KEYS[ki]
+    ki = ki + 1
+  end
+  ops[i] = op
+end
+local spentkey = KEYS[ki]
+
+-- State access ------------------------------------------------------------
+
+local function load(op)
+  local k = op.kind
+  if k == 1 or k == 3 or k == 4 then
+    local v = redis.call('GET', op.key)
+    if v then
+      local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
+      op.a, op.b, op.c = tonumber(a), tonumber(b), tonumber(c)
+      op.live, op.exists = true, true
+    end
+  elseif k == 2 then
+    local v = redis.call('HMGET', op.key, 'a', 'b', 'k')
+    op.ring, op.changed = {}, {}
+    if v[1] then
+      op.a, op.b, op.k = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
+      op.live, op.exists = true, true
+    end
+  else
+    local v = redis.call('HGET', op.key, 'n')
+    if v then
+      op.a, op.exists = tonumber(v), true
+    end
+    op.live = true
+  end
+end
+
+-- Sliding-window ring buckets are hash fields named by their index.
+local function ring(op, i)
+  local v = op.ring[i]
+  if v == nil then
+    if op.clear or op.full then
+      v = 0
+    else
+      v = tonumber(redis.call('HGET', op.key, tostring(i))) or 0
+    end
+    op.ring[i] = v
+  end
+  return v
+end
+local function setring(op, i, v)
+  op.ring[i] = v
+  op.changed[i] = true
+  op.dirty = true
+end
+local function loadring(op)
+  if op.clear or op.full then return end
+  local all = redis.call('HGETALL', op.key)
+  for j = 1, #all, 2 do
+    local i = tonumber(all[j])
+    if i ~= nil and op.ring[i] == nil then op.ring[i] = tonumber(all[j + 1]) end
+  end
+  op.full = true
+end
+
+-- hmget reads fields of a hash in chunks that fit Lua's stack.
+local function hmget(key, fields)
+  local out = {}
+  for s = 1, #fields, 1000 do
+    local e = math.min(s + 999, #fields)
+    local part = redis.call('HMGET', key, unpack(fields, s, e))
+    for j = 1, #part do out[#out + 1] = tonumber(part[j]) or 0 end
+  end
+  return out
+end
+
+-- Windows -----------------------------------------------------------------
+
+local function window(op)
+  if op.align == 1 then
+    local s = fdiv(now, op.window) * op.window
+    return s, s + op.window
+  elseif op.align >= 2 then
+    for j = op.bounds, op.bounds + 2 do
+      local s, e = tonumber(ARGV[j]), tonumber(ARGV[j + 1])
+      if s <= now and now < e then return s, e end
+    end
+    return nil
+  end
+  return now, now + op.window
+end
+
+-- Normalize ---------------------------------------------------------------
+
+local function clearsliding(op, cur)
+  op.clear, op.full, op.ring = true, true, {}
+  op.a, op.b, op.live, op.dirty = cur, 0, true, true
+end
+
+local function normalize(op)
+  local k = op.kind
+  if k == 1 then
+    if not op.live or now >= op.c then
+      local s, e = window(op)
+      if not s then return false end
+      op.a, op.b, op.c, op.live, op.dirty = s, 0, e, true, true
+    end
+  elseif k == 2 then
+    local width = op.window / op.buckets
+    local cur = fdiv(now, width)
+    if not op.live or op.k ~= op.buckets then
+      clearsliding(op, cur)
+    elseif cur <= op.a then
+      -- same bucket, or the clock stepped back: stay put
+    elseif cur - op.a >= op.buckets then
+      clearsliding(op, cur)
+    else
+      for bk = op.a + 1, cur do
+        local i = fmod(bk, op.buckets)
+        op.b = op.b - ring(op, i)
+        setring(op, i, 0)
+      end
+      op.a, op.dirty = cur, true
+    end
+  elseif k == 3 then
+    local burst, w = op.burst, op.window
+    if not op.live then
+      op.a, op.b, op.c, op.live, op.dirty = burst, 0, now, true, true
+      return true
+    end
+    if now <= op.c then
+      if op.a >= burst then op.a, op.b, op.dirty = burst, 0, true end
+      return true
+    end
+    local el = now - op.c
+    op.c, op.dirty = now, true
+    if op.a >= burst then
+      op.a, op.b = burst, 0
+      return true
+    end
+    op.b = math.min(op.b, w - 1)
+    local need = (burst - op.a) * w - op.b
+    if el >= ceildiv(need, op.limit) then
+      op.a, op.b = burst, 0
+      return true
+    end
+    local acc = op.b + el * op.limit
+    local q = fdiv(acc, w)
+    op.a, op.b = op.a + q, acc - q * w
+  elseif k == 4 then
+    if not op.live or op.a < now then
+      op.a, op.b, op.live, op.dirty = now, 0, true, true
+    end
+  else
+    local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', num(now))
+    if #ids > 0 then
+      local ns = hmget(op.key, ids)
+      for j = 1, #ns do op.a = op.a - ns[j] end
+      redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', num(now))
+      for s = 1, #ids, 1000 do
+        redis.call('HDEL', op.key, unpack(ids, s, math.min(s + 999, #ids)))
+      end
+      op.dirty = true
+    end
+  end
+  return true
+end
+
+-- Check, take, give, status ---------------------------------------------
+
+local function gcradebt(op)
+  if op.a < now then return 0 end
+  return (op.a - now) * op.limit + op.b
+end
+
+local function check(op, n)
+  local k = op.kind
+  if k == 1 then
+    if n > op.limit then return false, true, 0 end
+    if op.b + n <= op.limit then return true, false, 0 end
+    return false, false, op.c - now
+  elseif k == 2 then
+    if n > op.limit then return false, true, 0 end
+    if op.b + n <= op.limit then return true, false, 0 end
+    loadring(op)
+    local width = op.window / op.buckets
+    local sum = op.b
+    for bk = op.a - op.buckets + 1, op.a do
+      sum = sum - ring(op, fmod(bk, op.buckets))
+      if sum + n <= op.limit then return false, false, (bk + op.buckets) * width - now end
+    end
+    return false, false, (op.a + op.buckets) * width - now
+  elseif k == 3 then
+    if n > op.burst then return false, true, 0 end
+    if op.a >= n then return true, false, 0 end
+    return false, false, ceildiv((n - op.a) * op.window - op.b, op.limit)
+  elseif k == 4 then
+    if n > op.burst then return false, true, 0 end
+    local over = gcradebt(op) + n * op.window - op.burst * op.window
+    if over <= 0 then return true, false, 0 end
+    return false, false, ceildiv(over, op.limit)
+  else
+    if n > op.limit then return false, true, 0 end
+    if op.a + n <= op.limit then return true, false, 0 end
+    local v = redis.call('ZRANGE', op.lkey, 0, -1, 'WITHSCORES')
+    local ids = {}
+    for j = 1, #v, 2 do ids[#ids + 1] = v[j] end
+    local ns = hmget(op.key, ids)
+    local used = op.a
+    for j = 1, #ids do
+      used = used - ns[j]
+      if used + n <= op.limit then return false, false, tonumber(v[2 * j]) - now end
+    end
+    return false, false, 0
+  end
+end
+
+local function take(op, n)
+  local k = op.kind
+  op.dirty = true
+  if k == 1 then
+    op.b = addc(op.b, n)
+    return op.a
+  elseif k == 2 then
+    local i = fmod(op.a, op.buckets)
+    setring(op, i, addc(ring(op, i), n))
+    op.b = addc(op.b, n)
+    return op.a
+  elseif k == 3 then
+    op.a = op.a - n
+    local lowest = op.burst - fdiv(MAX, op.window)
+    if op.a < lowest then op.a = lowest end
+  elseif k == 4 then
+    local d = math.min(gcradebt(op) + n * op.window, MAX + op.burst * op.window)
+    local q = fdiv(d, op.limit)
+    op.a, op.b = now + q, d - q * op.limit
+  else
+    redis.call('ZADD', op.lkey, num(now + op.window), ticket)
+    redis.call('HSET', op.key, ticket, num(n))
+    op.a = addc(op.a, n)
+  end
+  return 0
+end
+
+local function give(op, n, stamp)
+  local k = op.kind
+  if k == 1 then
+    if stamp == op.a then
+      op.b, op.dirty = math.max(0, op.b - n), true
+    end
+  elseif k == 2 then
+    if stamp <= op.a and op.a - stamp < op.buckets then
+      local i = fmod(stamp, op.buckets)
+      local d = math.min(n, ring(op, i))
+      setring(op, i, ring(op, i) - d)
+      op.b = op.b - d
+    end
+  elseif k == 3 then
+    op.a = op.a + n
+    if op.a >= op.burst then op.a, op.b = op.burst, 0 end
+    op.dirty = true
+  elseif k == 4 then
+    local d = math.max(0, gcradebt(op) - n * op.window)
+    local q = fdiv(d, op.limit)
+    op.a, op.b, op.dirty = now + q, d - q * op.limit, true
+  else
+    local held = redis.call('HGET', op.key, ticket)
+    if held then
+      op.a = op.a - tonumber(held)
+      redis.call('ZREM', op.lkey, ticket)
+      redis.call('HDEL', op.key, ticket)
+      op.dirty = true
+    end
+  end
+end
+
+local function status(op)
+  local k = op.kind
+  if k == 1 then
+    if op.b == 0 and op.align == 0 then return op.limit, 0 end
+    return math.max(0, op.limit - op.b), op.c - now
+  elseif k == 2 then
+    local rem = math.max(0, op.limit - op.b)
+    if op.b <= 0 then return rem, 0 end
+    local width = op.window / op.buckets
+    for bk = op.a, op.a - op.buckets + 1, -1 do
+      if ring(op, fmod(bk, op.buckets)) ~= 0 then return rem, (bk + op.buckets) * width - now end
+    end
+    return rem, 0
+  elseif k == 3 then
+    local rem = math.min(math.max(0, op.a), op.burst)
+    if op.a >= op.burst then return rem, 0 end
+    return rem, ceildiv((op.burst - op.a) * op.window - op.b, op.limit)
+  elseif k == 4 then
+    local d = gcradebt(op)
+    local x = op.burst * op.window - d
+    local rem = 0
+    if x > 0 then rem = fdiv(x, op.window) end
+    return rem, ceildiv(d, op.limit)
+  else
+    local reset = 0
+    local last = redis.call('ZRANGE', op.lkey, -1, -1, 'WITHSCORES')
+    if #last == 2 then reset = tonumber(last[2]) - now end
+    return math.max(0, op.limit - op.a), reset
+  end
+end
+
+-- persist writes op's state back with the TTL algo.Expiry gives it, or
+-- deletes it when it means the same as an absent key. Every write sets the
+-- key's TTL in the same step.
+local function persist(op)
+  local k = op.kind
+  local exp
+  if k == 1 then
+    if op.b == 0 then exp = now else exp = op.c end
+  else
+    exp = now + op.reset
+  end
+  if exp <= now then
+    if op.exists then
+      if k == 5 then
+        redis.call('DEL', op.key, op.lkey)
+      else
+        redis.call('DEL', op.key)
+      end
+    end
+    return
+  end
+  if not op.dirty then return end
+  if k == 1 or k == 3 or k == 4 then
+    redis.call('SET', op.key, num(op.a) .. ' ' .. num(op.b) .. ' ' .. num(op.c), 'PX', ttl(exp))
+  elseif k == 2 then
+    if op.clear and op.exists then redis.call('DEL', op.key) end
+    local set = {'a', num(op.a), 'b', num(op.b), 'k', num(op.buckets)}
+    local del = {}
+    for i in pairs(op.changed) do
+      local v = op.ring[i]
+      if v ~= 0 then
+        set[#set + 1] = tostring(i)
+        set[#set + 1] = num(v)
+      elseif not op.clear then
+        del[#del + 1] = tostring(i)
+      end
+    end
+    redis.call('HSET', op.key, unpack(set))
+    for s = 1, #del, 1000 do
+      redis.call('HDEL', op.key, unpack(del, s, math.min(s + 999, #del)))
+    end
+    redis.call('PEXPIRE', op.key, ttl(exp))
+  else
+    local ms = ttl(exp)
+    redis.call('HSET', op.key, 'n', num(op.a))
+    redis.call('PEXPIRE', op.key, ms)
+    redis.call('PEXPIRE', op.lkey, ms)
+  end
+end
+
+-- The batch ------------------------------------------------------------------
+
+local function reply(allowed)
+  local out = {allowed and 1 or 0, now}
+  for i = 1, nops do
+    local op = ops[i]
+    out[#out + 1] = op.ok and 1 or 0
+    out[#out + 1] = op.never and 1 or 0
+    out[#out + 1] = op.retry
+    out[#out + 1] = op.rem
+    out[#out + 1] = op.reset
+    out[#out + 1] = op.out
+    out[#out + 1] = op.took and 1 or 0
+  end
+  return out
+end
+
+if mode == 4 then
+  for i = 1, nops do
+    local op = ops[i]
+    if op.kind == 5 then
+      redis.call('DEL', op.key, op.lkey)
+    else
+      redis.call('DEL', op.key)
+    end
+    op.ok, op.rem = true, op.limit
+  end
+  return reply(false)
+end
+
+if mode == 3 or mode == 5 then
+  if mode == 3 and redis.call('EXISTS', spentkey) == 1 then return reply(false) end
+  for i = 1, nops do load(ops[i]) end
+  for i = 1, nops do
+    local op = ops[i]
+    if op.exists and not normalize(op) then return {-1, now} end
+  end
+  for i = 1, nops do
+    local op = ops[i]
+    if op.exists then
+      give(op, cost, op.stamp)
+      op.rem, op.reset = status(op)
+      persist(op)
+    end
+  end
+  if mode == 3 then redis.call('SET', spentkey, '1', 'PX', ttl(now + keep)) end
+  return reply(false)
+end
+
+for i = 1, nops do load(ops[i]) end
+for i = 1, nops do
+  if not normalize(ops[i]) then return {-1, now} end
+end
+
+local allowed = true
+if mode == 2 then
+  for i = 1, nops do
+    local op = ops[i]
+    op.out = take(op, cost)
+    op.ok, op.never, op.retry = check(op, 1)
+    op.rem, op.reset = status(op)
+    persist(op)
+  end
+  return reply(false)
+end
+
+for i = 1, nops do
+  local op = ops[i]
+  op.ok, op.never, op.retry = check(op, cost)
+  if not op.ok and not op.shadow then allowed = false end
+end
+for i = 1, nops do
+  local op = ops[i]
+  if mode == 0 and allowed and op.ok then
+    op.out = take(op, cost)
+    op.took = true
+  end
+  op.rem, op.reset = status(op)
+  persist(op)
+end
+return reply(allowed and mode == 0)

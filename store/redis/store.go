@@ -1,0 +1,392 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+)
+
+// Store is the Redis implementation of floodgate.Store. It is safe for
+// concurrent use. It is a remote store: limiters give each call a deadline
+// and a circuit breaker. Call Close when done.
+type Store struct {
+	run       runner
+	prefix    string
+	batchTime bool
+	isCluster bool
+	cache     *denyCache
+	fb        *fallback
+	logger    *slog.Logger
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+// New connects to Redis as opts say (nil for the defaults) and returns the
+// store. Connecting fails fast when no server answers.
+func New(opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	s := &Store{prefix: opts.KeyPrefix, batchTime: opts.UseBatchTime, logger: opts.Logger}
+	if s.prefix == "" {
+		s.prefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(s.prefix, "{}") {
+		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", s.prefix)
+	}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
+	if f := opts.Fallback; f != nil {
+		if f.Instances < 1 {
+			return nil, fmt.Errorf("redis: fallback instances must be at least 1, got %d", f.Instances)
+		}
+		s.fb = newFallback(f)
+	}
+	switch {
+	case opts.Client != nil:
+		s.run = &rueidisRunner{c: opts.Client}
+	case opts.GoRedis != nil:
+		s.run = &goRedisRunner{c: opts.GoRedis}
+	default:
+		co, err := clientOption(opts)
+		if err != nil {
+			return nil, err
+		}
+		c, err := rueidis.NewClient(co)
+		if err != nil {
+			if s.fb != nil {
+				s.fb.close()
+			}
+			return nil, fmt.Errorf("redis: connect: %w", err)
+		}
+		s.run = &rueidisRunner{c: c, owned: true}
+	}
+	s.isCluster = s.run.cluster()
+	if opts.DenyCacheSize >= 0 {
+		n := opts.DenyCacheSize
+		if n == 0 {
+			n = DefaultDenyCacheSize
+		}
+		s.cache = newDenyCache(n)
+	}
+	return s, nil
+}
+
+// clientOption turns opts into a rueidis configuration.
+func clientOption(opts *Options) (rueidis.ClientOption, error) {
+	var co rueidis.ClientOption
+	switch {
+	case opts.URL != "":
+		var err error
+		if co, err = rueidis.ParseURL(opts.URL); err != nil {
+			return co, fmt.Errorf("redis: url: %w", err)
+		}
+	case len(opts.Cluster) > 0:
+		co.InitAddress = append([]string(nil), opts.Cluster...)
+	case opts.Sentinel != nil:
+	default:
+		co.InitAddress = []string{"127.0.0.1:6379"}
+	}
+	if len(opts.Cluster) > 0 && opts.URL != "" {
+		co.InitAddress = append(co.InitAddress, opts.Cluster...)
+	}
+	if sn := opts.Sentinel; sn != nil {
+		if sn.Master == "" || len(sn.Addrs) == 0 {
+			return co, errors.New("redis: sentinel needs a master name and at least one address")
+		}
+		co.InitAddress = append([]string(nil), sn.Addrs...)
+		co.Sentinel.MasterSet = sn.Master
+		co.Sentinel.Username, co.Sentinel.Password = sn.Username, sn.Password
+		co.Sentinel.TLSConfig = opts.TLS
+	}
+	if opts.Username != "" {
+		co.Username = opts.Username
+	}
+	if opts.Password != "" {
+		co.Password = opts.Password
+	}
+	if opts.DB != 0 {
+		co.SelectDB = opts.DB
+	}
+	if opts.TLS != nil {
+		co.TLSConfig = opts.TLS
+	}
+	co.Dialer.Timeout = 5 * time.Second
+	if opts.DialTimeout > 0 {
+		co.Dialer.Timeout = opts.DialTimeout
+	}
+	if opts.PipelineMultiplex != 0 {
+		co.PipelineMultiplex = opts.PipelineMultiplex
+	}
+	co.MaxFlushDelay = opts.MaxFlushDelay
+	co.DisableCache = true // server-assisted caching is not used
+	// A script that may have run must not be sent twice.
+	co.DisableRetry = true
+	return co, nil
+}
+
+// Close releases the connections the store opened (not a client passed in
+// Options) and the fallback's memory.
+func (s *Store) Close() error {
+	s.run.close()
+	if s.fb != nil {
+		s.fb.close()
+	}
+	return nil
+}
+
+// Apply applies b. On a single node (and in Cluster when all of b's keys
+// share a slot) it is one script call, atomic on the server. See the package
+// documentation for batches that span Cluster slots.
+func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
+	if len(b.Ops) == 0 {
+		return nil
+	}
+	local := s.localNow(b)
+	if s.fb != nil {
+		use, probe := s.fb.active(local)
+		if use {
+			return s.fb.apply(b)
+		}
+		if probe {
+			defer s.fb.endProbe()
+		}
+	}
+	b.Allowed = false
+	if s.cache != nil {
+		switch b.Mode {
+		case floodgate.ModeConsume, floodgate.ModePeek:
+			if s.cache.deny(b, local) {
+				return nil
+			}
+		case floodgate.ModeRefund, floodgate.ModeReset:
+			s.cache.forget(b)
+		}
+	}
+	err := s.apply(ctx, b)
+	if err != nil {
+		if s.fb != nil && unreachable(err) {
+			if s.fb.down(local) {
+				s.logger.Warn("floodgate/redis: Redis unreachable; answering from per-instance memory limits", "err", err)
+			}
+			return s.fb.apply(b)
+		}
+		return err
+	}
+	if s.fb != nil && s.fb.up() {
+		s.logger.Info("floodgate/redis: Redis reachable again; memory fallback off")
+	}
+	if s.cache != nil && (b.Mode == floodgate.ModeConsume || b.Mode == floodgate.ModePeek) {
+		s.cache.learn(b, local)
+	}
+	return nil
+}
+
+// localNow is the local clock reading (ns) the over-limit cache and the
+// fallback work with.
+func (s *Store) localNow(b *floodgate.Batch) int64 {
+	if s.batchTime {
+		return b.Now.UnixNano()
+	}
+	return time.Now().UnixNano()
+}
+
+// unreachable reports whether err means Redis could not be asked (as
+// opposed to a script error, a bug the fallback must not hide).
+func unreachable(err error) bool {
+	var se *serverError
+	if errors.As(err, &se) {
+		return !strings.HasPrefix(se.msg, "ERR") && !strings.HasPrefix(se.msg, "WRONGTYPE")
+	}
+	return true
+}
+
+// group is the ops of a batch that share a slot, with their script call.
+type group struct {
+	idx []int
+	c   call
+}
+
+// apply runs b on Redis: one call per slot its keys occupy.
+func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
+	now, ref := "", time.Now().UnixMicro()
+	if s.batchTime {
+		ref = b.Now.UnixMicro()
+		now = itoa(ref)
+	}
+	mode := int(b.Mode)
+	if !s.isCluster {
+		var g group
+		var buf [8]int
+		g.idx = buf[:0]
+		for i := range b.Ops {
+			g.idx = append(g.idx, i)
+		}
+		gs := [1]*group{&g}
+		if err := s.exec(ctx, b, gs[:], mode, now, ref, nil); err != nil {
+			return err
+		}
+		b.Allowed = g.c.reply[0] == 1
+		s.results(b, &g, false)
+		return nil
+	}
+	gs := s.groups(b)
+	if err := s.exec(ctx, b, gs, mode, now, ref, nil); err != nil {
+		if b.Mode == floodgate.ModeConsume {
+			s.compensate(ctx, b, gs, now, ref)
+		}
+		return err
+	}
+	b.Allowed = b.Mode == floodgate.ModeConsume
+	for _, g := range gs {
+		b.Allowed = b.Allowed && g.c.reply[0] == 1
+		s.results(b, g, false)
+	}
+	if b.Mode == floodgate.ModeConsume && !b.Allowed && len(gs) > 1 {
+		s.compensate(ctx, b, gs, now, ref)
+	}
+	return nil
+}
+
+// groups splits b's ops by Cluster slot, in order of first appearance.
+func (s *Store) groups(b *floodgate.Batch) []*group {
+	var gs []*group
+	var slots []uint16
+	for i := range b.Ops {
+		sl := slotOf(b.Ops[i].Scope, b.Ops[i].Key)
+		j := 0
+		for j < len(slots) && slots[j] != sl {
+			j++
+		}
+		if j == len(slots) {
+			slots = append(slots, sl)
+			gs = append(gs, &group{})
+		}
+		gs[j].idx = append(gs[j].idx, i)
+	}
+	return gs
+}
+
+// exec builds and runs the groups' calls. A group whose script could not
+// find the calendar window holding the server's time is run again with
+// windows computed around that time. The first error is returned; groups
+// that succeeded keep their replies.
+func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, mode int, now string, ref int64, stamps []int64) error {
+	calls := make([]*call, len(gs))
+	for i, g := range gs {
+		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
+		calls[i] = &g.c
+	}
+	s.run.run(ctx, calls)
+	var again []*call
+	for i, g := range gs {
+		if g.c.err == nil && len(g.c.reply) >= 2 && g.c.reply[0] == -1 {
+			s.build(&g.c, b, g.idx, mode, now, g.c.reply[1], stamps)
+			again = append(again, calls[i])
+		}
+	}
+	if len(again) > 0 {
+		s.run.run(ctx, again)
+	}
+	var first error
+	for _, g := range gs {
+		err := g.c.err
+		if err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
+			err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
+			g.c.err = err
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// results copies a group's reply into its ops. With statusOnly, only the
+// remaining units and reset time are taken (a compensation's reply).
+func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
+	r := g.c.reply[2:]
+	for j, i := range g.idx {
+		v := r[j*replyPerOp : (j+1)*replyPerOp]
+		op := &b.Ops[i]
+		op.Result.Remaining, op.Result.ResetAfter = v[3], micros(v[4])
+		if statusOnly {
+			op.Stamp = 0
+			continue
+		}
+		if b.Mode == floodgate.ModeRefund || b.Mode == floodgate.ModeReset {
+			if b.Mode == floodgate.ModeReset {
+				op.Result.Allowed = true
+			}
+			continue
+		}
+		op.Result.Allowed, op.Result.Never, op.Result.RetryAfter = v[0] == 1, v[1] == 1, micros(v[2])
+		if b.Mode == floodgate.ModeRecord || v[6] == 1 {
+			op.Stamp = v[5]
+		}
+	}
+}
+
+// compensate gives back what the groups of a cross-slot consume took when
+// the batch as a whole was denied (or failed). A compensation that cannot
+// be applied leaves the units charged: stricter, never looser.
+func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group, now string, ref int64) {
+	stamps := make([]int64, len(b.Ops))
+	var back []*group
+	for _, g := range gs {
+		if g.c.err != nil || g.c.reply[0] != 1 {
+			continue
+		}
+		cg := &group{}
+		r := g.c.reply[2:]
+		for j, i := range g.idx {
+			if r[j*replyPerOp+6] == 1 {
+				cg.idx = append(cg.idx, i)
+				stamps[i] = r[j*replyPerOp+5]
+			}
+		}
+		if len(cg.idx) > 0 {
+			back = append(back, cg)
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	// The compensation must land even when the caller's deadline has
+	// passed, or units stay charged for a denied decision.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := s.exec(cctx, b, back, modeCompensate, now, ref, stamps); err != nil {
+		s.logger.Warn("floodgate/redis: cross-slot compensation failed; units stay charged until their windows pass", "err", err)
+	}
+	for _, g := range back {
+		if g.c.err == nil {
+			s.results(b, g, true)
+		}
+	}
+}
+
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	switch r := s.run.(type) {
+	case *rueidisRunner:
+		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
+	case *goRedisRunner:
+		if p, ok := r.c.(interface {
+			Ping(context.Context) *goredis.StatusCmd
+		}); ok {
+			return p.Ping(ctx).Err()
+		}
+	}
+	return nil
+}
