@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/envoy"
 )
 
 // Defaults of a Server's optional fields.
@@ -86,13 +88,21 @@ type Server struct {
 	// Clock is the limiters' clock; nil means the system clock. Tests set
 	// a floodgate.ManualClock.
 	Clock floodgate.Clock
-	// GRPCServices register further services (such as Envoy's rate limit
-	// API) on the gRPC server before it starts.
+	// EnvoyConfigDir, when set, is a directory of configuration files in
+	// the format of Envoy's reference rate limit service; the gRPC listener
+	// then serves envoy.service.ratelimit.v3.RateLimitService from them.
+	// Reload and the watcher reload it with the configuration. Requests for
+	// a domain no file defines are decided by the configuration's limiter
+	// of that name, each descriptor's entries being its attributes.
+	EnvoyConfigDir string
+	// GRPCServices register further services on the gRPC server before it
+	// starts.
 	GRPCServices []func(grpc.ServiceRegistrar)
 
 	limiters atomic.Pointer[limiterSet]
 	state    atomic.Pointer[reloadState]
 	metrics  *metrics
+	envoy    *envoy.Service
 	store    floodgate.Store // Store, instrumented
 	secret   []byte
 	reloadMu sync.Mutex
@@ -162,6 +172,14 @@ func (s *Server) Open() error {
 		return err
 	}
 	s.limiters.Store(set)
+	if s.EnvoyConfigDir != "" {
+		if s.GRPCAddr == "-" {
+			return errors.New("server: EnvoyConfigDir needs the gRPC listener")
+		}
+		if err := s.openEnvoy(); err != nil {
+			return err
+		}
+	}
 	s.state.Store(&reloadState{loadedAt: time.Now()})
 	m.reloadOK(time.Now())
 
@@ -201,17 +219,20 @@ func (s *Server) Open() error {
 		s.grpcSrv = grpc.NewServer(opts...)
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+		if s.envoy != nil {
+			s.envoy.Register(s.grpcSrv)
+		}
 		for _, register := range s.GRPCServices {
 			register(s.grpcSrv)
 		}
 	}
-	if s.WatchConfig && s.ConfigPath != "" {
+	if s.WatchConfig && (s.ConfigPath != "" || s.EnvoyConfigDir != "") {
 		if err := s.watch(); err != nil {
 			s.httpLn.Close()
 			if s.grpcLn != nil {
 				s.grpcLn.Close()
 			}
-			return fmt.Errorf("server: watching %s: %w", s.ConfigPath, err)
+			return fmt.Errorf("server: watching the configuration: %w", err)
 		}
 	}
 	s.done = make(chan struct{})
@@ -330,13 +351,13 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 	return set, nil
 }
 
-// Reload reads ConfigPath again and, when it is valid, swaps the new
-// limiters in atomically: decisions already running finish on the old set.
-// When it is not, the old configuration keeps serving, and the error is
-// logged, counted and reported by /readyz. Reload is safe to call
-// concurrently and from signal handlers' goroutines.
+// Reload reads ConfigPath (and EnvoyConfigDir) again and, when both are
+// valid, swaps the new limiters in atomically: decisions already running
+// finish on the old set. When either is not, the old configuration keeps
+// serving, and the error is logged, counted and reported by /readyz.
+// Reload is safe to call concurrently and from signal handlers' goroutines.
 func (s *Server) Reload() error {
-	if s.ConfigPath == "" {
+	if s.ConfigPath == "" && s.EnvoyConfigDir == "" {
 		return errors.New("server: no configuration file to reload")
 	}
 	s.reloadMu.Lock()
@@ -348,7 +369,7 @@ func (s *Server) Reload() error {
 		s.state.Store(&reloadState{loadedAt: prev.loadedAt, err: err, failedAt: now})
 		s.metrics.reloadFailed()
 		s.Logger.Error("config reload failed; the previous configuration keeps serving",
-			"file", s.ConfigPath, "err", err)
+			"file", s.ConfigPath, "envoy_dir", s.EnvoyConfigDir, "err", err)
 		return err
 	}
 	s.state.Store(&reloadState{loadedAt: now})
@@ -357,19 +378,38 @@ func (s *Server) Reload() error {
 }
 
 func (s *Server) reload() error {
-	c, err := config.Load(s.ConfigPath)
-	if err != nil {
-		return err
-	}
-	if !reflect.DeepEqual(c.Store, s.Config.Store) {
-		s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
-			"file", s.ConfigPath)
+	c := s.limiters.Load().config
+	if s.ConfigPath != "" {
+		var err error
+		if c, err = config.Load(s.ConfigPath); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(c.Store, s.Config.Store) {
+			s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
+				"file", s.ConfigPath)
+		}
 	}
 	set, err := s.build(c)
 	if err != nil {
 		return err
 	}
+	var ecfg *envoy.Config
+	if s.envoy != nil {
+		if ecfg, err = envoy.LoadDir(s.EnvoyConfigDir); err != nil {
+			return err
+		}
+		// Check the Envoy files build before anything is swapped.
+		if _, err := envoy.New(s.store, ecfg, s.envoyOptions(c)); err != nil {
+			return err
+		}
+	}
 	s.limiters.Store(set)
+	if ecfg != nil {
+		if err := s.envoy.Update(ecfg); err != nil {
+			return err // not reached: the same files built above
+		}
+		s.Logger.Info("envoy rate limit configuration reloaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(ecfg.Domains(), ","))
+	}
 	s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
 	return nil
 }

@@ -22,13 +22,14 @@ const watchDebounce = 100 * time.Millisecond
 // "..data" symlink); the file catches writes through a symlink whose target
 // lives elsewhere. A reload happens only when the file's content changed.
 type watcher struct {
-	s    *Server
-	w    *fsnotify.Watcher
-	path string
-	last []byte // sha256 of the content last loaded (or rejected)
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	s        *Server
+	w        *fsnotify.Watcher
+	path     string // "" when only the Envoy directory is watched
+	envoyDir string
+	last     []byte // sha256 of the content last loaded (or rejected)
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
 // watch starts watching s.ConfigPath.
@@ -37,25 +38,40 @@ func (s *Server) watch() error {
 	if err != nil {
 		return err
 	}
-	w := &watcher{s: s, w: fw, path: s.ConfigPath, stop: make(chan struct{}), done: make(chan struct{})}
+	w := &watcher{s: s, w: fw, path: s.ConfigPath, envoyDir: s.EnvoyConfigDir, stop: make(chan struct{}), done: make(chan struct{})}
 	w.last = w.sum()
-	if err := fw.Add(filepath.Dir(w.path)); err != nil {
-		fw.Close()
-		return err
+	if w.path != "" {
+		if err := fw.Add(filepath.Dir(w.path)); err != nil {
+			fw.Close()
+			return err
+		}
+		fw.Add(w.path) // best effort: the directory watch is the one relied on
 	}
-	fw.Add(w.path) // best effort: the directory watch is the one relied on
+	if w.envoyDir != "" {
+		if err := fw.Add(w.envoyDir); err != nil {
+			fw.Close()
+			return err
+		}
+	}
 	s.watcher = w
 	go w.run()
 	return nil
 }
 
+// sum hashes what a reload would read.
 func (w *watcher) sum() []byte {
-	data, err := os.ReadFile(w.path)
-	if err != nil {
-		return nil
+	h := sha256.New()
+	if w.path != "" {
+		data, err := os.ReadFile(w.path)
+		if err != nil {
+			return nil
+		}
+		h.Write(data)
 	}
-	h := sha256.Sum256(data)
-	return h[:]
+	if w.envoyDir != "" {
+		h.Write(envoyDirSum(w.envoyDir))
+	}
+	return h.Sum(nil)
 }
 
 func (w *watcher) run() {
@@ -79,13 +95,15 @@ func (w *watcher) run() {
 			w.s.Logger.Warn("config watcher", "err", err)
 		case <-timer.C:
 			// A file replaced by a rename is a new inode: watch it again.
-			w.w.Add(w.path)
+			if w.path != "" {
+				w.w.Add(w.path)
+			}
 			sum := w.sum()
 			if sum == nil || bytes.Equal(sum, w.last) {
 				continue
 			}
 			w.last = sum
-			w.s.Logger.Info("config file changed; reloading", "file", w.path)
+			w.s.Logger.Info("configuration changed; reloading", "file", w.path, "envoy_dir", w.envoyDir)
 			w.s.Reload()
 		}
 	}

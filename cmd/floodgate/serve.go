@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"google.golang.org/grpc"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
@@ -144,7 +143,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 	srv := &server.Server{
 		Config:          c,
 		ConfigPath:      path,
-		WatchConfig:     f.watch && path != "",
+		WatchConfig:     f.watch,
 		Store:           store,
 		HTTPAddr:        f.httpAddr,
 		GRPCAddr:        f.grpcAddr,
@@ -157,13 +156,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		Gatherer:        reg,
 		Logger:          logger,
 	}
-	if f.envoyDir != "" {
-		register, err := envoyService(f.envoyDir, store, reg, logger)
-		if err != nil {
-			return err
-		}
-		srv.GRPCServices = append(srv.GRPCServices, register)
-	}
+	srv.EnvoyConfigDir = f.envoyDir
 	if secret == "" {
 		logger.Info("no ticket secret set: tickets refund only on this instance; set FLOODGATE_TICKET_SECRET on every instance sharing a store")
 	}
@@ -190,11 +183,11 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 			return shutdown(srv, logger, "context done")
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if path == "" {
+				if path == "" && f.envoyDir == "" {
 					logger.Warn("SIGHUP: nothing to reload, the built-in sample configuration is serving")
 					continue
 				}
-				logger.Info("SIGHUP: reloading the configuration", "file", path)
+				logger.Info("SIGHUP: reloading the configuration", "file", path, "envoy_dir", f.envoyDir)
 				srv.Reload()
 				continue
 			}
@@ -240,11 +233,4 @@ func openStore(c *config.Config, logger *slog.Logger) (floodgate.Store, func(), 
 func openRedis(r *config.Redis, _ *slog.Logger) (floodgate.Store, func(), error) {
 	// TODO: wire store/redis once it lands.
 	return nil, nil, errors.New("store.redis: the Redis store is not available in this build yet; use store.memory")
-}
-
-// envoyService loads the Envoy rate limit configuration in dir and returns
-// the registration of Envoy's RateLimitService.
-func envoyService(dir string, _ floodgate.Store, _ prometheus.Registerer, _ *slog.Logger) (func(grpc.ServiceRegistrar), error) {
-	// TODO: wire package envoy once it lands.
-	return nil, fmt.Errorf("--envoy-config-dir %s: the Envoy API is not available in this build yet", dir)
 }

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/envoy"
+)
+
+// envoyOptions are the options of the Envoy service's limiters: the
+// configuration's global failure policy, breaker and store deadline, and
+// the server's observer, logger and clock. Domains that no Envoy file
+// defines fall back to the YAML configuration's limiter of that name.
+func (s *Server) envoyOptions(c *config.Config) *envoy.Options {
+	o := floodgate.Options{
+		FailurePolicy: c.FailurePolicy,
+		Breaker:       c.Breaker,
+		Observer:      s.metrics.observe,
+		Logger:        s.Logger,
+		Clock:         s.Clock,
+	}
+	if c.Store.Redis != nil {
+		o.Timeout = c.Store.Redis.Deadline
+	}
+	return &envoy.Options{Limiter: o, Lookup: s.limiter}
+}
+
+// openEnvoy loads EnvoyConfigDir and builds the Envoy service.
+func (s *Server) openEnvoy() error {
+	cfg, err := envoy.LoadDir(s.EnvoyConfigDir)
+	if err != nil {
+		return err
+	}
+	svc, err := envoy.New(s.store, cfg, s.envoyOptions(s.Config))
+	if err != nil {
+		return err
+	}
+	s.envoy = svc
+	s.Logger.Info("envoy rate limit configuration loaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(cfg.Domains(), ","))
+	return nil
+}
+
+// envoyDirSum hashes the names and contents of the files LoadDir would
+// read, so that the watcher reloads only on a real change.
+func envoyDirSum(dir string) []byte {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		n := e.Name()
+		if ext := filepath.Ext(n); !strings.HasPrefix(n, ".") && (ext == ".yaml" || ext == ".yml") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		data, _ := os.ReadFile(filepath.Join(dir, n))
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write(data)
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
+}
