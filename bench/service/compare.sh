@@ -170,9 +170,10 @@ limiters:
       - {name: per-user, key: [user], algorithm: fixed_window, limit: 100, window: 1s}
 EOF
 	fg_port=$(free_port)
+	fg_http_port=$(free_port)
 	log "starting floodgate serve on 127.0.0.1:$fg_port (gRPC), $1 store"
 	timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
-		--http "127.0.0.1:$(free_port)" --grpc "127.0.0.1:$fg_port" \
+		--http "127.0.0.1:$fg_http_port" --grpc "127.0.0.1:$fg_port" \
 		--envoy-config-dir "$work/envoy" --log-level warn >"$work/fg.log" 2>&1 &
 	fg_pid=$!
 	pids+=($!)
@@ -209,6 +210,23 @@ cpu_ticks() {
 }
 hz=$(getconf CLK_TCK)
 
+# fallbacks prints how many decisions floodgate has made without its store
+# (fail_open + fail_closed in its metrics): a store that times out under load
+# would otherwise pass for a fast one. It prints "-" for the reference
+# service, whose store failures reach the client as gRPC errors.
+fallbacks() {
+	if [[ $1 != floodgate ]]; then
+		echo -
+		return
+	fi
+	local m
+	if ! m=$(curl -sf --max-time 5 "http://127.0.0.1:$fg_http_port/metrics"); then
+		echo "?"
+		return
+	fi
+	awk '/^floodgate_decisions_total/ && /result="fail_(open|closed)"/ {s += $NF} END {print s + 0}' <<<"$m"
+}
+
 # drive NAME PORT PID ROUND warms one service up, then measures it, writing the
 # load generator's JSON summary to $work/NAME-ROUND.json and the CPU time the
 # service and Redis spent during the measured part to $work/NAME-ROUND.cpu.
@@ -220,11 +238,18 @@ drive() {
 	if [[ $WARMUP != 0 && $WARMUP != 0s ]]; then
 		"$work/fgload" "${common[@]}" -duration "$WARMUP" -quiet -json >/dev/null
 	fi
-	local s0 r0
+	local s0 r0 f0 f1
 	s0=$(cpu_ticks "$3")
 	r0=$(cpu_ticks "$redis_pid")
+	f0=$(fallbacks "$1")
 	"$work/fgload" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json"
 	echo "$(($(cpu_ticks "$3") - s0)) $(($(cpu_ticks "$redis_pid") - r0))" >"$work/$1-$4.cpu"
+	f1=$(fallbacks "$1")
+	if [[ $f0 =~ ^[0-9]+$ && $f1 =~ ^[0-9]+$ ]]; then
+		echo $((f1 - f0)) >"$work/$1-$4.fail"
+	else
+		echo "$f1" >"$work/$1-$4.fail"
+	fi
 }
 ROUNDS=${ROUNDS:-1}
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -241,19 +266,20 @@ if ((RATE > 0)); then model="open model, $RATE req/s offered, ≤$CONCURRENCY in
 echo "load: $model, $CONNS gRPC conns, $KEYS $DIST keys, $WARMUP warm-up + $DURATION per service and round;"
 echo "      one Redis (flushed before each run), services driven one after the other, load generator on the same machine"
 echo
-printf '| %-30s | %10s | %8s | %8s | %8s | %12s | %12s | %8s | %7s |\n' \
-	service "req/s" "p50 µs" "p99 µs" "max µs" "svc µs/req" "redis µs/req" denied errors
-echo "|--------------------------------|-----------:|---------:|---------:|---------:|-------------:|-------------:|---------:|--------:|"
+printf '| %-30s | %10s | %9s | %9s | %9s | %13s | %13s | %8s | %7s | %9s |\n' \
+	service "req/s" "p50 µs" "p99 µs" "max µs" "svc µs/req" "redis µs/req" denied errors "no store"
+echo "|--------------------------------|-----------:|---------:|---------:|---------:|-------------:|-------------:|---------:|--------:|----------:|"
 row() {
 	local j c
 	j=$(cat "$work/$2.json")
 	read -r -a c <"$work/$2.cpu"
 	awk -v name="$1" -v t="$(field "$j" throughput)" -v p50="$(field "$j" p50)" -v p99="$(field "$j" p99)" \
 		-v mx="$(field "$j" max)" -v n="$(field "$j" requests)" -v d="$(field "$j" denied)" \
-		-v e="$(field "$j" errors)" -v sc="${c[0]}" -v rc="${c[1]}" -v hz="$hz" 'BEGIN {
+		-v e="$(field "$j" errors)" -v sc="${c[0]}" -v rc="${c[1]}" -v hz="$hz" \
+		-v f="$(cat "$work/$2.fail")" 'BEGIN {
 		n = (n > 0 ? n : 1)
-		printf "| %-30s | %10.0f | %8.0f | %8.0f | %8.0f | %12.1f | %12.1f | %8d | %7d |\n",
-			name, t, p50, p99, mx, sc / hz * 1e6 / n, rc / hz * 1e6 / n, d, e
+		printf "| %-30s | %10.0f | %8.0f | %8.0f | %8.0f | %12.1f | %12.1f | %8d | %7d | %9s |\n",
+			name, t, p50, p99, mx, sc / hz * 1e6 / n, rc / hz * 1e6 / n, d, e, f
 	}'
 }
 for ((round = 1; round <= ROUNDS; round++)); do
@@ -273,6 +299,9 @@ if [[ -n $ref_port && -n $fg_port ]]; then
 		}'
 	done
 fi
+echo "svc/redis µs/req: CPU time the service / Redis used per measured request."
+echo "no store: decisions floodgate made by its failure policy because the store failed or timed out"
+echo "          (not comparable work: such runs measure the fallback, not Redis)."
 [[ -n $ref_note ]] && echo "note: $ref_note"
 [[ -n $fg_note ]] && echo "note: $fg_note"
 for f in "$work"/*.json; do
