@@ -609,7 +609,7 @@ func TestHelp(t *testing.T) {
 	if exitCode(err) != 0 || !strings.Contains(string(out), "serve      run the decision service") {
 		t.Errorf("--help: %v\n%s", err, out)
 	}
-	for _, cmd := range []string{"serve", "validate", "check"} {
+	for _, cmd := range []string{"serve", "validate", "check", "load"} {
 		out, err := exec.Command(binary, cmd, "--help").CombinedOutput()
 		if exitCode(err) != 0 || !strings.HasPrefix(string(out), "Usage: floodgate "+cmd) {
 			t.Errorf("%s --help: %v\n%s", cmd, err, out)
