@@ -66,13 +66,24 @@ func escapeKey(v string) string {
 	if v == globalKey {
 		return `\*`
 	}
-	if !strings.ContainsAny(v, `:\`) {
+	if !needsEscape(v) {
 		return v
 	}
 	var b strings.Builder
 	b.Grow(len(v) + 4)
 	writeEscaped(&b, v)
 	return b.String()
+}
+
+// needsEscape reports whether v holds ':' or '\'. A plain loop: keys are
+// short, and strings.ContainsAny's set building costs more than the scan.
+func needsEscape(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c == ':' || c == '\\' {
+			return true
+		}
+	}
+	return false
 }
 
 func writeEscaped(b *strings.Builder, v string) {

@@ -56,8 +56,9 @@ type Options struct {
 	Timeout time.Duration
 	// Breaker tunes the circuit breaker around remote stores.
 	Breaker BreakerOptions
-	// Observer, when set, is called after every decision, refund and
-	// record, for metrics and audit.
+	// Observer, when set, is called after every decision (consume, peek
+	// and record), for metrics and audit. Refunds and resets are not
+	// decisions and are not observed.
 	Observer Observer
 	// Logger receives failure-policy decisions (at most one line a second
 	// per limiter) and refunds that could not be applied; nil means
@@ -187,41 +188,46 @@ func (l *Limiter) Shadow() bool { return l.shadow }
 func (l *Limiter) Breaker() BreakerState { return l.breaker.current() }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
-func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
-	return l.decide(ctx, ModeConsume, attrs, 1)
+func (l *Limiter) Allow(ctx context.Context, attrs Attributes) (d Decision) {
+	l.decide(ctx, ModeConsume, attrs, 1, &d)
+	return d
 }
 
 // AllowN asks for n units. Every applicable rule must admit n for the
 // decision to be admitted, and then n is charged to every one of them; a
 // denied decision charges nothing. n == 0 peeks: nothing is charged and
 // Allowed says whether one unit would be admitted now.
-func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (d Decision, err error) {
 	if n < 0 {
 		return Decision{}, sprintfErr("floodgate: limiter %q: cost %d must not be negative", l.name, n)
 	}
 	if n == 0 {
-		return l.decide(ctx, ModePeek, attrs, 1), nil
+		l.decide(ctx, ModePeek, attrs, 1, &d)
+		return d, nil
 	}
-	return l.decide(ctx, ModeConsume, attrs, n), nil
+	l.decide(ctx, ModeConsume, attrs, n, &d)
+	return d, nil
 }
 
 // Peek reports whether n units would be admitted now, charging nothing.
-func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (d Decision, err error) {
 	if n < 1 {
 		return Decision{}, sprintfErr("floodgate: limiter %q: peek cost %d must be at least 1", l.name, n)
 	}
-	return l.decide(ctx, ModePeek, attrs, n), nil
+	l.decide(ctx, ModePeek, attrs, n, &d)
+	return d, nil
 }
 
 // Record charges n units to every applicable rule without an admission
 // check: usage known only after the work is done. It may push keys past
 // their limits; later decisions are then denied until the usage ages out.
 // The decision describes the state afterwards, as a peek at one unit.
-func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (d Decision, err error) {
 	if n < 0 {
 		return Decision{}, sprintfErr("floodgate: limiter %q: recorded cost %d must not be negative", l.name, n)
 	}
-	return l.decide(ctx, ModeRecord, attrs, n), nil
+	l.decide(ctx, ModeRecord, attrs, n, &d)
+	return d, nil
 }
 
 // Refund gives an admitted decision's units back to every rule it charged,
@@ -280,8 +286,11 @@ func (l *Limiter) batch() *Batch {
 	return b
 }
 
-func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64) Decision {
-	d := Decision{limiter: l, cost: cost}
+// decide makes the decision for attrs into d, which must be the zero
+// Decision. It writes d in place rather than returning it: a Decision is a
+// few hundred bytes, and copying it is a measurable part of the hot path.
+func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, d *Decision) {
+	d.limiter, d.cost = l, cost
 	b := l.batch()
 	b.Mode, b.Now, b.Cost = mode, l.clock.Now(), cost
 	var err error
@@ -303,7 +312,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 	}
 	switch {
 	case err != nil:
-		l.failed(ctx, &d, err, b.Now)
+		l.failed(ctx, d, err, b.Now)
 	case len(b.Ops) == 0:
 		d.Allowed = true // no rule applies to this request
 	default:
@@ -312,18 +321,30 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 			d.id = b.Ticket
 		}
 		if err = l.apply(ctx, b); err != nil {
-			l.failed(ctx, &d, err, b.Now)
+			l.failed(ctx, d, err, b.Now)
 		} else {
-			l.fill(&d, b)
+			l.fill(d, b)
 		}
 	}
 	l.batches.Put(b)
 	if l.observer != nil {
-		e := Event{Limiter: l.name, Mode: mode, Cost: cost, Decision: new(Decision)}
-		*e.Decision = d
-		l.observer(ctx, e)
+		l.observe(ctx, mode, cost, d)
 	}
-	return d
+}
+
+// observed recycles the copies of decisions handed to the observer, which
+// must not retain them, so an observed limiter does not allocate per
+// decision either.
+var observed = sync.Pool{New: func() any { return new(Decision) }}
+
+// observe calls the observer with a copy of d: handing it d itself would
+// make every Decision escape to the heap, observer or not.
+func (l *Limiter) observe(ctx context.Context, mode Mode, cost int64, d *Decision) {
+	c := observed.Get().(*Decision)
+	*c = *d
+	l.observer(ctx, Event{Limiter: l.name, Mode: mode, Cost: cost, Decision: c})
+	*c = Decision{} // drop references before pooling
+	observed.Put(c)
 }
 
 // apply runs b against the store, with the deadline and the breaker for
@@ -421,7 +442,8 @@ func (l *Limiter) fill(d *Decision, b *Batch) {
 // failed makes d the failure policy's decision for a store error.
 func (l *Limiter) failed(ctx context.Context, d *Decision, err error, now time.Time) {
 	d.Reason, d.Err = ReasonStore, err
-	d.Allowed = l.policy == FailOpen
+	// A shadow limiter never denies, not even when its store fails.
+	d.Allowed = l.policy == FailOpen || l.shadow
 	if !d.Allowed {
 		d.RetryAfter = max(l.breaker.retryIn(now.UnixNano()), time.Second)
 	}
