@@ -97,8 +97,11 @@ wait_port() {
 field() { grep -o "\"$2\":[-0-9.e+]*" <<<"$1" | head -1 | cut -d: -f2; }
 
 # --- the load generator ---------------------------------------------------
+# `floodgate load` when floodgate builds (see below); until then the same
+# generator through loadgen/internal/fgload, which takes the same flags.
 log "building the load generator"
 go build -o "$work/fgload" ./loadgen/internal/fgload
+load=("$work/fgload")
 
 # --- Redis ----------------------------------------------------------------
 redis_port=$(free_port)
@@ -188,6 +191,9 @@ fg_store=${FG_STORE:-redis}
 fg_port=""
 fg_note=""
 if go build -o "$work/floodgate" ./cmd/floodgate >"$work/fg-build.log" 2>&1; then
+	if "$work/floodgate" load --help >/dev/null 2>&1; then
+		load=("$work/floodgate" load)
+	fi
 	if ! start_floodgate "$fg_store" && [[ $fg_store == redis ]]; then
 		# Until the Redis store is available, compare against the memory
 		# store, and say so in the table.
@@ -236,13 +242,13 @@ drive() {
 	redis-cli -p "$redis_port" flushall >/dev/null
 	log "load: $1 on 127.0.0.1:$2, round $4: $WARMUP warm-up + $DURATION"
 	if [[ $WARMUP != 0 && $WARMUP != 0s ]]; then
-		"$work/fgload" "${common[@]}" -duration "$WARMUP" -quiet -json >/dev/null
+		"${load[@]}" "${common[@]}" -duration "$WARMUP" -quiet -json >/dev/null || true
 	fi
 	local s0 r0 f0 f1
 	s0=$(cpu_ticks "$3")
 	r0=$(cpu_ticks "$redis_pid")
 	f0=$(fallbacks "$1")
-	"$work/fgload" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json"
+	"${load[@]}" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json" || true
 	echo "$(($(cpu_ticks "$3") - s0)) $(($(cpu_ticks "$redis_pid") - r0))" >"$work/$1-$4.cpu"
 	f1=$(fallbacks "$1")
 	if [[ $f0 =~ ^[0-9]+$ && $f1 =~ ^[0-9]+$ ]]; then
@@ -265,6 +271,8 @@ echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null 
 if ((RATE > 0)); then model="open model, $RATE req/s offered, ≤$CONCURRENCY in flight"; else model="closed model, $CONCURRENCY workers"; fi
 echo "load: $model, $CONNS gRPC conns, $KEYS $DIST keys, $WARMUP warm-up + $DURATION per service and round;"
 echo "      one Redis (flushed before each run), services driven one after the other, load generator on the same machine"
+echo "command: ${load[*]##*/} -target grpc -addr ADDR -domain bench -attribute user -keys $KEYS -dist $DIST \\"
+echo "         -rate $RATE -concurrency $CONCURRENCY -conns $CONNS -duration $DURATION -json  (after a $WARMUP run)"
 echo
 printf '| %-30s | %10s | %9s | %9s | %9s | %13s | %13s | %8s | %7s | %9s |\n' \
 	service "req/s" "p50 µs" "p99 µs" "max µs" "svc µs/req" "redis µs/req" denied errors "no store"
