@@ -221,7 +221,19 @@ func (h *harness) refund() {
 	}
 	tk := h.tickets[h.rng.IntN(len(h.tickets))]
 	h.logf("refund ticket #%d (cost %d, %d rules, spent %v)", tk.model, tk.real.Cost, len(tk.real.Entries), h.model.tickets[tk.model].spent)
-	if err := h.lim.Refund(h.ctx, tk.real); err != nil {
+	real := tk.real
+	if h.rng.IntN(2) == 0 {
+		// The way the decision service hands tickets out and back.
+		b, err := real.MarshalBinary()
+		if err != nil {
+			h.fail("Ticket.MarshalBinary: %v", err)
+		}
+		real = floodgate.Ticket{}
+		if err := real.UnmarshalBinary(b); err != nil {
+			h.fail("Ticket.UnmarshalBinary: %v", err)
+		}
+	}
+	if err := h.lim.Refund(h.ctx, real); err != nil {
 		h.fail("Refund: %v", err)
 	}
 	h.model.refund(h.now(), tk.model)

@@ -22,6 +22,10 @@ import (
 //     first brings its state to the access time with that access's
 //     parameters. Only token buckets can tell: tokens refill at the rate in
 //     force at the access that observes them.
+//   - A refund gives tokens back only within one window of the charge
+//     (windows: while the window or bucket it was counted in is current;
+//     leases: while the lease holds). Stores remember spent tickets that
+//     long and no longer.
 //   - A key whose state means "nothing held" is absent: an empty fixed
 //     window (the next hit of a first-hit window opens a new one), an empty
 //     sliding window, a full token bucket (full at whatever burst applies
@@ -266,7 +270,7 @@ func gcraDebt(s *keyState, now int64) *big.Rat {
 }
 
 // take charges n units (a lease of n slots named id) and returns the stamp a
-// refund needs.
+// refund needs: the window start, the bucket number, or the charge time.
 func (m *ruleModel) take(key string, now, n, id int64, p limits) int64 {
 	s := m.create(key, now, p)
 	switch m.alg {
@@ -279,9 +283,11 @@ func (m *ruleModel) take(key string, now, n, id int64, p limits) int64 {
 		return cur
 	case floodgate.TokenBucket:
 		s.tokens.Sub(s.tokens, big.NewRat(n, 1))
+		return now
 	case floodgate.GCRA:
 		t := new(big.Rat).Add(big.NewRat(now, 1), gcraDebt(s, now))
 		s.tat = t.Add(t, ratio(n, m.window, p.limit))
+		return now
 	case floodgate.Concurrency:
 		s.leases = append(s.leases, lease{id: id, n: n, exp: now + m.window})
 	}
@@ -293,6 +299,9 @@ func (m *ruleModel) give(key string, now, n, stamp, id int64, p limits) {
 	s := m.at(key, now, p)
 	if s == nil {
 		return
+	}
+	if (m.alg == floodgate.TokenBucket || m.alg == floodgate.GCRA) && now >= stamp+m.window {
+		return // taken a whole window ago: the tokens are not given back
 	}
 	switch m.alg {
 	case floodgate.FixedWindow:

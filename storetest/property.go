@@ -170,6 +170,11 @@ func (h *harness) advanceRandom() {
 		}
 	}
 	fine = min(fine, w)
+	if h.rng.IntN(10) == 0 {
+		// Stores count whole µs: a reading between two of them is the
+		// earlier one.
+		h.clock.Advance(time.Duration(h.rng.IntN(1000)))
+	}
 	switch r := h.rng.IntN(100); {
 	case r < 35:
 	case r < 60:

@@ -327,6 +327,26 @@ func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 			}
 		}
 	})
+	t.Run("bucket_after_window", func(t *testing.T) {
+		// Tokens go back only within one window of the charge, so a ticket
+		// refunded again after its spent mark is forgotten changes nothing.
+		for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+			f := newFixture(t, store, "refund-late-"+alg.String(), nil,
+				floodgate.Rule{Name: "r", Algorithm: alg, Limit: 3, Window: time.Second, Key: []string{"user"}})
+			a := f.admit(x, 3)
+			f.clock.Advance(500 * time.Millisecond)
+			f.refund(a)
+			f.clock.Advance(time.Second)
+			b := f.admit(x, 3)
+			f.clock.Advance(10 * time.Second)
+			f.admit(x, 3) // full again, and drained
+			f.refund(a)
+			f.refund(b)
+			if got := f.remaining(x)["r"]; got != 0 {
+				t.Fatalf("%s: refunds of tickets a window old gave back tokens: %d left, want 0", alg, got)
+			}
+		}
+	})
 	t.Run("lease_expired", func(t *testing.T) {
 		f := newFixture(t, store, "refund-lease", nil, counterRule("r", floodgate.Concurrency, 2, "user"))
 		a := f.admit(x, 1)
@@ -337,6 +357,43 @@ func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 			t.Fatalf("releasing a lapsed lease: %d left, want 0", got)
 		}
 	})
+}
+
+// testRecord pushes keys past their limits with Record: later requests are
+// denied until the usage ages out, and the record itself reports a peek.
+func testRecord(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+	store := openStore(t, newStore)
+	x := floodgate.Attributes{"user": "x"}
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			f := newFixture(t, store, "record-"+alg.String(), nil,
+				floodgate.Rule{Name: "r", Algorithm: alg, Limit: 4, Window: time.Second, Key: []string{"user"}})
+			f.admit(x, 1)
+			d, err := f.lim.Record(f.ctx, x, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 || d.Ticket().Valid() {
+				t.Fatalf("after recording 8 units against a limit of 4: %+v, want denied, 0 left, a wait, no ticket", d)
+			}
+			wait := d.RetryAfter
+			// The usage ages out within the window (tokens: 4 owed refill
+			// in a second; leases lapse after it).
+			if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
+				if wait != time.Second+250*time.Millisecond {
+					t.Fatalf("8 units taken from a bucket of 4 at 4/s: wait %v, want 1.25s", wait)
+				}
+			} else if wait != time.Second {
+				t.Fatalf("%s: wait %v, want the window, 1s", alg, wait)
+			}
+			f.clock.Advance(wait - time.Microsecond)
+			if f.allow(x, 1).Allowed {
+				t.Fatalf("admitted before the recorded usage aged out")
+			}
+			f.clock.Advance(time.Microsecond)
+			f.admit(x, 1)
+		})
+	}
 }
 
 // calendarCase is one request to a calendar-aligned window.

@@ -147,6 +147,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
 	t.Run("ShadowLimiter", func(t *testing.T) { testShadowLimiter(t, newStore) })
 	t.Run("Never", func(t *testing.T) { testNever(t, newStore) })
 	t.Run("Refund", func(t *testing.T) { testRefund(t, newStore) })
+	t.Run("Record", func(t *testing.T) { testRecord(t, newStore) })
 	t.Run("Calendar", func(t *testing.T) { testCalendar(t, newStore, cfg.zones) })
 	t.Run("LimitChanges", func(t *testing.T) { testLimitChanges(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })

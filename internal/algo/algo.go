@@ -151,7 +151,8 @@ func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
 // Take consumes n units (or adds a lease of n slots with the given id) without
 // checking the limit: Record uses it directly, consume after Check. It
 // returns the stamp a refund needs: the window start for FixedWindow, the
-// bucket number for SlidingWindow, 0 otherwise. s must be normalized.
+// bucket number for SlidingWindow, the time of the charge for TokenBucket
+// and GCRA, 0 for Concurrency. s must be normalized.
 func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 	n = min(n, MaxUnits) // a larger charge means the same, and would overflow
 	switch p.Kind {
@@ -168,9 +169,11 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 		if floor := p.Burst - MaxUnits/p.Window; s.A < floor {
 			s.A = floor
 		}
+		return now
 	case GCRA:
 		d := min(gcraDebt(p, s, now)+min(n, MaxUnits/p.Window+p.Burst)*p.Window, MaxUnits+p.Burst*p.Window)
 		s.A, s.B = now+d/p.Limit, d%p.Limit
+		return now
 	case Concurrency:
 		addLease(s, Lease{ID: lease, N: n, Exp: now + p.Window})
 	}
@@ -178,8 +181,10 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 }
 
 // Give returns n units taken at stamp (or releases the lease with the given
-// id). Units counted in a window that has since rolled are not returned; a
-// bucket is never filled past its capacity. s must be normalized.
+// id). Units counted in a window that has since rolled are not returned, nor
+// are tokens taken a whole Window ago or more (so a store need remember a
+// spent ticket only that long); a bucket is never filled past its capacity.
+// s must be normalized.
 func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 	switch p.Kind {
 	case FixedWindow:
@@ -194,11 +199,17 @@ func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 			s.B -= d
 		}
 	case TokenBucket:
+		if now-stamp >= p.Window {
+			return
+		}
 		s.A += n
 		if s.A >= p.Burst {
 			s.A, s.B = p.Burst, 0
 		}
 	case GCRA:
+		if now-stamp >= p.Window {
+			return
+		}
 		d := max(0, gcraDebt(p, s, now)-n*p.Window)
 		s.A, s.B = now+d/p.Limit, d%p.Limit
 	case Concurrency:

@@ -265,6 +265,29 @@ func TestSlidingRefunds(t *testing.T) {
 	}
 }
 
+// Buckets give tokens back only within one window of the charge.
+func TestBucketRefundHorizon(t *testing.T) {
+	for _, k := range []Kind{TokenBucket, GCRA} {
+		p := Params{Kind: k, Limit: 4, Window: 1000, Burst: 4}
+		var s State
+		Normalize(&p, &s, 0)
+		stamp := Take(&p, &s, 0, 4, 1)
+		Normalize(&p, &s, 999)
+		Take(&p, &s, 999, 3, 2)
+		late := clone(&s)
+		Give(&p, &s, 999, 4, stamp, 1)
+		if rem, _ := Status(&p, &s, 999); rem != 4 {
+			t.Errorf("%v: refund 1µs inside the window: %d left, want 4", k, rem)
+		}
+		Normalize(&p, &late, 1000)
+		before, _ := Status(&p, &late, 1000)
+		Give(&p, &late, 1000, 4, stamp, 1)
+		if rem, _ := Status(&p, &late, 1000); rem != before {
+			t.Errorf("%v: refund a whole window after the charge: %d left, want %d", k, rem, before)
+		}
+	}
+}
+
 func TestCalendarWindows(t *testing.T) {
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
