@@ -74,8 +74,32 @@ type Redis struct {
 	// Deadline bounds each store call; default floodgate.DefaultTimeout.
 	// A limiter's own deadline overrides it.
 	Deadline time.Duration
+	// DB selects the database of a single node or Sentinel primary (a
+	// URL's own /db is used when this is 0).
+	DB int
 	// KeyPrefix starts every key floodgate writes; default "fg:".
 	KeyPrefix string
+	// DenyCacheSize bounds the local over-limit cache: keys known to be
+	// denied until a time are denied locally until then. 0 means the
+	// store's default; -1 disables the cache.
+	DenyCacheSize int
+	// Fallback, when set, answers from per-instance memory limits while
+	// Redis is unreachable, instead of the failure policy.
+	Fallback *Fallback
+}
+
+// Fallback configures per-instance memory limits for while Redis is
+// unreachable.
+type Fallback struct {
+	// Instances is how many instances share the limits: each limit is
+	// divided by it.
+	Instances int
+	// Retry is how long to answer from memory before trying Redis again;
+	// 0 means the store's default (1s).
+	Retry time.Duration
+	// MaxKeys caps the keys the fallback holds; 0 means the store's
+	// default.
+	MaxKeys int
 }
 
 // Sentinel configures Redis Sentinel discovery.

@@ -83,6 +83,11 @@ func TestInvalid(t *testing.T) {
 			"redis_bad_url.yaml:2:16: store.redis.url: must start with redis://, rediss:// or unix://, got \"http://127.0.0.1:6379\"",
 			"redis_bad_url.yaml:2:51: store.redis.deadline: must be at least 1ms, got 0s",
 		}},
+		{"redis_fallback.yaml", []string{
+			"redis_fallback.yaml:3:33: store.redis.cluster[1]: must be host:port, got \"nohost\"",
+			"redis_fallback.yaml:4:17: store.redis.key_prefix: must not contain '{' or '}' (keys carry their own hash tags)",
+			"redis_fallback.yaml:5:15: store.redis.fallback.instances: must be set: how many instances share the limits",
+		}},
 		{"redis_two_modes.yaml", []string{
 			"redis_two_modes.yaml:4:14: store.redis.cluster: set only one of url, cluster or sentinel (url is set too)",
 		}},
@@ -206,6 +211,23 @@ func TestRedisSentinel(t *testing.T) {
 	}
 	if got := api.Rules[0].Key; len(got) != 1 || got[0] != "user" {
 		t.Errorf("key = %q, want [user] (a single name is a list of one)", got)
+	}
+}
+
+func TestRedisURL(t *testing.T) {
+	c, err := Load(filepath.Join("testdata", "valid", "redis_url.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Store.Redis
+	want := Redis{URL: "rediss://user:pw@redis.internal:6380/2", DB: 3, KeyPrefix: "rl:", Deadline: floodgate.DefaultTimeout,
+		DenyCacheSize: -1, Fallback: &Fallback{Instances: 4, Retry: 2 * time.Second, MaxKeys: 5000}}
+	if r.URL != want.URL || r.DB != want.DB || r.KeyPrefix != want.KeyPrefix || r.Deadline != want.Deadline ||
+		r.DenyCacheSize != want.DenyCacheSize || *r.Fallback != *want.Fallback {
+		t.Errorf("redis = %+v (fallback %+v), want %+v", r, r.Fallback, want)
+	}
+	if c.Limiters[0].Deadline != floodgate.DefaultTimeout {
+		t.Errorf("limiter deadline = %v, want the store's", c.Limiters[0].Deadline)
 	}
 }
 

@@ -440,7 +440,8 @@ func (d *decoder) store(n *yaml.Node, path string, s *Store) {
 
 func (d *decoder) redis(n *yaml.Node, path string) *Redis {
 	r := &Redis{Deadline: floodgate.DefaultTimeout, KeyPrefix: "fg:"}
-	f := d.mapping(n, path, "url", "cluster", "sentinel", "username", "password", "deadline", "key_prefix")
+	f := d.mapping(n, path, "url", "cluster", "sentinel", "username", "password", "db", "deadline",
+		"key_prefix", "deny_cache_size", "fallback")
 	if f == nil {
 		return r
 	}
@@ -506,9 +507,68 @@ func (d *decoder) redis(n *yaml.Node, path string) *Redis {
 		}
 	}
 	if v := f["key_prefix"]; v != nil {
-		r.KeyPrefix, _ = d.str(v, path+".key_prefix")
+		p := path + ".key_prefix"
+		if s, ok := d.str(v, p); ok {
+			if strings.ContainsAny(s, "{}") {
+				d.errorf(v, p, "must not contain '{' or '}' (keys carry their own hash tags)")
+			}
+			r.KeyPrefix = s
+		}
+	}
+	if v := f["db"]; v != nil {
+		if db, ok := d.integer(v, path+".db"); ok {
+			if db < 0 || db > 1<<20 {
+				d.errorf(v, path+".db", "must be a database number, got %d", db)
+			} else {
+				r.DB = int(db)
+			}
+		}
+	}
+	if v := f["deny_cache_size"]; v != nil {
+		if n, ok := d.integer(v, path+".deny_cache_size"); ok {
+			if n < -1 || n > 1<<30 {
+				d.errorf(v, path+".deny_cache_size", "must be -1 (off) or a key count, got %d", n)
+			} else {
+				r.DenyCacheSize = int(n)
+			}
+		}
+	}
+	if v := f["fallback"]; v != nil {
+		r.Fallback = d.fallback(v, path+".fallback")
 	}
 	return r
+}
+
+func (d *decoder) fallback(n *yaml.Node, path string) *Fallback {
+	fb := &Fallback{}
+	f := d.mapping(n, path, "instances", "retry", "max_keys")
+	if f == nil {
+		return fb
+	}
+	if v := f["instances"]; v != nil {
+		if i, ok := d.integer(v, path+".instances"); ok {
+			if i < 1 || i > 1_000_000 {
+				d.errorf(v, path+".instances", "must be at least 1, got %d", i)
+			} else {
+				fb.Instances = int(i)
+			}
+		}
+	} else {
+		d.errorf(n, path+".instances", "must be set: how many instances share the limits")
+	}
+	if v := f["retry"]; v != nil {
+		fb.Retry, _ = d.positive(v, path+".retry")
+	}
+	if v := f["max_keys"]; v != nil {
+		if k, ok := d.integer(v, path+".max_keys"); ok {
+			if k < 1 || k > 1<<40 {
+				d.errorf(v, path+".max_keys", "must be at least 1, got %d", k)
+			} else {
+				fb.MaxKeys = int(k)
+			}
+		}
+	}
+	return fb
 }
 
 // addrs decodes a non-empty list of host:port addresses.

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
 // binary is the floodgate program built once for the end-to-end tests.
@@ -231,10 +233,32 @@ limiters:
       - {name: per-user, key: [user], algorithm: concurrency, limit: 2, window: 1m}
 `
 
+// storeSection returns the store section for a backend: "" for the memory
+// store (the default), or a redis section pointing at a fresh redis-server.
+func storeSection(t *testing.T, backend string) string {
+	t.Helper()
+	if backend == "memory" {
+		return ""
+	}
+	srv := redistest.Start(t)
+	return "store:\n  redis: {url: \"redis://" + srv.Addr + "/0\"}\n"
+}
+
+// forEachStore runs fn against the memory store and against a real Redis.
+func forEachStore(t *testing.T, fn func(t *testing.T, store string)) {
+	for _, backend := range []string{"memory", "redis"} {
+		t.Run(backend, func(t *testing.T) { fn(t, storeSection(t, backend)) })
+	}
+}
+
 // TestAdmissionUnderConcurrency: concurrent clients over HTTP get exactly
 // the limit admitted, per rule, and all-or-nothing across rules.
 func TestAdmissionUnderConcurrency(t *testing.T) {
-	s := startService(t, e2eConfig, nil)
+	forEachStore(t, testAdmissionUnderConcurrency)
+}
+
+func testAdmissionUnderConcurrency(t *testing.T, store string) {
+	s := startService(t, store+e2eConfig, nil)
 	count := func(body string, clients, each int) int {
 		var (
 			wg      sync.WaitGroup
@@ -290,8 +314,10 @@ func TestAdmissionUnderConcurrency(t *testing.T) {
 	}
 }
 
-func TestAPIShapes(t *testing.T) {
-	s := startService(t, e2eConfig, []string{"FLOODGATE_TICKET_SECRET=e2e"})
+func TestAPIShapes(t *testing.T) { forEachStore(t, testAPIShapes) }
+
+func testAPIShapes(t *testing.T, store string) {
+	s := startService(t, store+e2eConfig, []string{"FLOODGATE_TICKET_SECRET=e2e"})
 	d := s.decide("/v1/check", `{"limiter":"api","attributes":{"user":"u1","org":"o1"},"cost":1}`)
 	if !d.Allowed || d.Reason != "" || d.Rule != "per-user" || d.Limit != 100 || d.Remaining != 99 ||
 		d.ResetAfterMS != 60000 || d.RetryAfterMS != 0 || d.Ticket == "" || len(d.Rules) != 2 {
@@ -354,15 +380,65 @@ func TestAPIShapes(t *testing.T) {
 // TestTicketsAcrossInstances: instances with the same secret accept each
 // other's tickets; an instance with another secret refuses them.
 func TestTicketsAcrossInstances(t *testing.T) {
-	a := startService(t, e2eConfig, []string{"FLOODGATE_TICKET_SECRET=shared"})
-	b := startService(t, e2eConfig, []string{"FLOODGATE_TICKET_SECRET=shared"})
-	c := startService(t, e2eConfig, nil)
+	store := storeSection(t, "redis")
+	a := startService(t, store+e2eConfig, []string{"FLOODGATE_TICKET_SECRET=shared"})
+	b := startService(t, store+e2eConfig, []string{"FLOODGATE_TICKET_SECRET=shared"})
+	c := startService(t, store+e2eConfig, nil)
 	d := a.decide("/v1/check", `{"limiter":"leases","attributes":{"user":"u1"}}`)
+	if d2 := b.decide("/v1/check", `{"limiter":"leases","attributes":{"user":"u1"}}`); !d2.Allowed {
+		t.Fatalf("second lease of 2 denied on the other instance")
+	}
+	if d3 := c.decide("/v1/check", `{"limiter":"leases","attributes":{"user":"u1"}}`); d3.Allowed {
+		t.Fatalf("third lease of 2 admitted on a third instance: the instances do not share Redis")
+	}
 	if code, body := b.call("POST", "/v1/refund", `{"ticket":"`+d.Ticket+`"}`); code != 204 {
 		t.Errorf("refund on a same-secret instance: %d %s", code, body)
 	}
+	if d4 := c.decide("/v1/check", `{"limiter":"leases","attributes":{"user":"u1"}}`); !d4.Allowed {
+		t.Errorf("the lease refunded on another instance was not released")
+	}
 	if code, body := c.call("POST", "/v1/refund", `{"ticket":"`+d.Ticket+`"}`); code != 400 || !strings.Contains(string(body), "invalid-ticket") {
 		t.Errorf("refund on another-secret instance: %d %s", code, body)
+	}
+}
+
+// TestTwoInstancesShareRedis: concurrent clients of two instances sharing
+// one Redis are admitted exactly the limit together.
+func TestTwoInstancesShareRedis(t *testing.T) {
+	store := storeSection(t, "redis")
+	a := startService(t, store+e2eConfig, nil)
+	b := startService(t, store+e2eConfig, nil)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for i := 0; i < 16; i++ {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 20; j++ {
+				resp, err := http.Post(s.http+"/v1/check", "application/json", strings.NewReader(`{"limiter":"api","attributes":{"user":"shared"}}`))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var d decision
+				json.NewDecoder(resp.Body).Decode(&d)
+				resp.Body.Close()
+				if d.Allowed {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed != 100 {
+		t.Errorf("two instances admitted %d of 320, want exactly 100", allowed)
 	}
 }
 
@@ -410,17 +486,19 @@ func TestErrorStatuses(t *testing.T) {
 	}
 }
 
-func TestHotReload(t *testing.T) {
-	s := startService(t, limitYAML(5), nil)
+func TestHotReload(t *testing.T) { forEachStore(t, testHotReload) }
+
+func testHotReload(t *testing.T, store string) {
+	s := startService(t, store+limitYAML(5), nil)
 	limit := func() int64 {
 		return s.decide("/v1/check", `{"limiter":"api","attributes":{"user":"peek"},"cost":0}`).Limit
 	}
 	// A good change is applied by the file watcher.
-	write(t, s.config, limitYAML(6))
+	write(t, s.config, store+limitYAML(6))
 	waitFor(t, "the watcher to apply limit 6", func() bool { return limit() == 6 })
 
 	// A broken change is rejected; the old config keeps serving.
-	write(t, s.config, "limiters:\n  - name: api\n    rules: [{name: r, algorithm: gcra, limit: 0, window: 1s}]\n")
+	write(t, s.config, store+"limiters:\n  - name: api\n    rules: [{name: r, algorithm: gcra, limit: 0, window: 1s}]\n")
 	waitFor(t, "the broken file to be reported", func() bool {
 		_, b := s.call("GET", "/readyz", "")
 		return strings.Contains(string(b), "last_reload_error")

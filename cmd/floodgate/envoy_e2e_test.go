@@ -57,12 +57,12 @@ func desc(kv ...string) *commonv3.RateLimitDescriptor {
 	return d
 }
 
-func startEnvoyService(t *testing.T) (*service, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
+func startEnvoyService(t *testing.T, store string) (*service, rlsv3.RateLimitServiceClient, *grpc.ClientConn) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "envoy")
 	os.Mkdir(dir, 0o755)
 	write(t, filepath.Join(dir, "edge.yaml"), envoyConfig)
-	s := startService(t, e2eConfig, nil, "--envoy-config-dir", dir)
+	s := startService(t, store+e2eConfig, nil, "--envoy-config-dir", dir)
 	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +71,10 @@ func startEnvoyService(t *testing.T) (*service, rlsv3.RateLimitServiceClient, *g
 	return s, rlsv3.NewRateLimitServiceClient(conn), conn
 }
 
-func TestEnvoyAPI(t *testing.T) {
-	_, c, conn := startEnvoyService(t)
+func TestEnvoyAPI(t *testing.T) { forEachStore(t, testEnvoyAPI) }
+
+func testEnvoyAPI(t *testing.T, store string) {
+	_, c, conn := startEnvoyService(t, store)
 	ctx := context.Background()
 	should := func(hits uint32, descs ...*commonv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 		t.Helper()
@@ -141,8 +143,10 @@ func withHits(d *commonv3.RateLimitDescriptor, n uint64) *commonv3.RateLimitDesc
 
 // TestEnvoyConcurrentAdmission: concurrent gRPC clients get exactly the
 // limit.
-func TestEnvoyConcurrentAdmission(t *testing.T) {
-	_, c, _ := startEnvoyService(t)
+func TestEnvoyConcurrentAdmission(t *testing.T) { forEachStore(t, testEnvoyConcurrentAdmission) }
+
+func testEnvoyConcurrentAdmission(t *testing.T, store string) {
+	_, c, _ := startEnvoyService(t, store)
 	var okCount atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {

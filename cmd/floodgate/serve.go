@@ -7,8 +7,10 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/floodgate-go/floodgate/config"
 	"github.com/floodgate-go/floodgate/server"
 	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/store/redis"
 )
 
 const serveUsage = `
@@ -230,7 +233,44 @@ func openStore(c *config.Config, logger *slog.Logger) (floodgate.Store, func(), 
 	return s, func() { s.Close() }, nil
 }
 
-func openRedis(r *config.Redis, _ *slog.Logger) (floodgate.Store, func(), error) {
-	// TODO: wire store/redis once it lands.
-	return nil, nil, errors.New("store.redis: the Redis store is not available in this build yet; use store.memory")
+// openRedis connects the Redis store. The per-call deadline is not the
+// store's: it is each limiter's (store.redis.deadline by default).
+func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), error) {
+	opts := &redis.Options{
+		URL:           r.URL,
+		Cluster:       r.Cluster,
+		Username:      r.Username,
+		Password:      r.Password,
+		DB:            r.DB,
+		KeyPrefix:     r.KeyPrefix,
+		DenyCacheSize: r.DenyCacheSize,
+		Logger:        logger,
+	}
+	if sn := r.Sentinel; sn != nil {
+		opts.Sentinel = &redis.Sentinel{Master: sn.Master, Addrs: sn.Addrs, Password: sn.Password}
+	}
+	if fb := r.Fallback; fb != nil {
+		opts.Fallback = &redis.Fallback{Instances: fb.Instances, Retry: fb.Retry, MaxKeys: fb.MaxKeys}
+	}
+	s, err := redis.New(opts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("store.redis (%s): %w", redisTarget(r), err)
+	}
+	return s, func() { s.Close() }, nil
+}
+
+// redisTarget describes where the store connects, without credentials.
+func redisTarget(r *config.Redis) string {
+	switch {
+	case r.URL != "":
+		if u, err := url.Parse(r.URL); err == nil {
+			return u.Redacted()
+		}
+		return "url"
+	case len(r.Cluster) > 0:
+		return "cluster " + strings.Join(r.Cluster, ",")
+	case r.Sentinel != nil:
+		return "sentinel " + r.Sentinel.Master
+	}
+	return "redis"
 }
