@@ -22,6 +22,9 @@ import (
 //     first brings its state to the access time with that access's
 //     parameters. Only token buckets can tell: tokens refill at the rate in
 //     force at the access that observes them.
+//   - A GCRA key keeps its theoretical arrival time across a change of
+//     limit, rounded up to a whole µs (stores count its fraction in
+//     1/limit µs).
 //   - A refund gives tokens back only within one window of the charge
 //     (windows: while the window or bucket it was counted in is current;
 //     leases: while the lease holds). Stores remember spent tickets that
@@ -64,7 +67,8 @@ type keyState struct {
 	tokens *big.Rat // token bucket: tokens as of last
 	last   int64
 
-	tat *big.Rat // gcra: theoretical arrival time, µs
+	tat      *big.Rat // gcra: theoretical arrival time, µs
+	tatLimit int64    // gcra: the limit of the last access
 
 	leases []lease // concurrency
 }
@@ -112,6 +116,13 @@ func (m *ruleModel) at(key string, now int64, p limits) *keyState {
 		if full := big.NewRat(p.burst, 1); s.tokens.Cmp(full) > 0 {
 			s.tokens = full
 		}
+	case floodgate.GCRA:
+		// Stores keep the arrival time's fraction in 1/limit µs: under a
+		// new limit it is rounded up to a whole µs.
+		if s.tatLimit != p.limit && !s.tat.IsInt() {
+			s.tat = big.NewRat(ceilRat(s.tat), 1)
+		}
+		s.tatLimit = p.limit
 	case floodgate.Concurrency:
 		live := s.leases[:0]
 		for _, l := range s.leases {
@@ -138,7 +149,7 @@ func (m *ruleModel) create(key string, now int64, p limits) *keyState {
 	case floodgate.TokenBucket:
 		s.tokens, s.last = big.NewRat(p.burst, 1), now
 	case floodgate.GCRA:
-		s.tat = big.NewRat(now, 1)
+		s.tat, s.tatLimit = big.NewRat(now, 1), p.limit
 	}
 	m.keys[key] = s
 	return s

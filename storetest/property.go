@@ -63,27 +63,10 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 			s.buckets = 0 // the engine's default; the harness reads it back
 			s.window = between(1, 200) * 1000
 		}
-	case floodgate.GCRA:
-		s.window = between(1000, 2_000_000)
-		if hr.dynamic {
-			// A GCRA key stores its arrival time in 1/limit µs: a window
-			// that every limit divides keeps it a whole number of µs, so a
-			// change of limit has one exact meaning (see the package doc).
-			l := lcm(limit, alt)
-			s.window = l * between((1000+l-1)/l, max((1000+l-1)/l, 2_000_000/l))
-		}
 	default:
 		s.window = between(1000, 2_000_000)
 	}
 	return hr
-}
-
-func lcm(a, b int64) int64 {
-	x, y := a, b
-	for y != 0 {
-		x, y = y, x%y
-	}
-	return a / x * b
 }
 
 // capacity is the most a rule can ever admit at once under l.

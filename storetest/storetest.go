@@ -31,11 +31,10 @@
 //     the access time with that access's parameters. Only a token bucket
 //     whose limit changes can tell the difference: tokens refill at the rate
 //     in force at each access that observes them.
-//   - A refund is applied with the limits the ticket was charged under.
-//   - After a change of limit a GCRA key keeps its theoretical arrival time,
-//     which the stores hold in units of 1/limit µs; the suite changes GCRA
-//     limits only where every limit divides the window, so that time is a
-//     whole number of µs and means the same under every limit.
+//   - A refund is applied with the limits the ticket was charged under, and
+//     gives tokens back only within one window of the charge.
+//   - After a change of limit a GCRA key keeps its theoretical arrival time
+//     rounded up to a whole µs: stores hold its fraction in 1/limit µs.
 package storetest
 
 import (

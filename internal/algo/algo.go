@@ -13,8 +13,9 @@
 //	if committing { Take(p, s, now, n, lease) }
 //	remaining, reset := Status(p, s, now)
 //
-// Normalize changes only the representation of s, never its meaning, so it is
-// safe to call on a state that is then left uncommitted.
+// Normalize changes only the representation of s, never its meaning (but for
+// the rounding of a GCRA key whose limit changed, see State), so it is safe
+// to call on a state that is then left uncommitted.
 package algo
 
 import "time"
@@ -70,7 +71,9 @@ type Lease struct {
 //	FixedWindow:   A = window start, B = count, C = window end
 //	SlidingWindow: A = newest bucket number, B = sum of Ring, Ring = per-bucket counts
 //	TokenBucket:   A = whole tokens, B = fraction in 1/Window token units, C = last refill
-//	GCRA:          A = theoretical arrival time (whole µs), B = remainder in 1/Limit µs
+//	GCRA:          A = theoretical arrival time (whole µs), B = remainder in 1/C µs,
+//	               C = the Limit B was counted under; under another limit the
+//	               arrival time is rounded up to a whole µs
 //	Concurrency:   A = slots held, Leases = the leases, sorted by Exp
 type State struct {
 	Live    bool
@@ -102,7 +105,10 @@ func Normalize(p *Params, s *State, now int64) {
 	case GCRA:
 		if !s.Live || s.A < now {
 			s.A, s.B, s.Live = now, 0, true
+		} else if s.C != p.Limit && s.B != 0 {
+			s.A, s.B = s.A+1, 0
 		}
+		s.C = p.Limit
 	case Concurrency:
 		normLeases(s, now)
 	}

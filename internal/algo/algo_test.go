@@ -235,6 +235,17 @@ func TestGCRALimitChange(t *testing.T) {
 	if rem, reset := Status(&q, &s, 0); rem != 3 || reset != 400_000 {
 		t.Fatalf("400ms of debt at 5/s: (%d, %d), want 3 left (5 - 2) and 400ms", rem, reset)
 	}
+	// At 3/s two units leave 666666⅔µs of debt, a fraction in thirds of a
+	// µs; under another limit it is rounded up to 666667µs, never read as
+	// some other fraction.
+	p = Params{Kind: GCRA, Limit: 3, Window: 1_000_000, Burst: 3}
+	s = State{}
+	step(&p, &s, 0, 2, false)
+	q = Params{Kind: GCRA, Limit: 1, Window: 1_000_000, Burst: 3}
+	Normalize(&q, &s, 0)
+	if _, reset := Status(&q, &s, 0); reset != 666_667 {
+		t.Fatalf("debt of 666666⅔µs under a new limit: reset %d, want 666667", reset)
+	}
 }
 
 // A sliding window refund returns units only to a bucket still in the
