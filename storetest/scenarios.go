@@ -483,9 +483,10 @@ func testCalendarProperty(t *testing.T, newStore func(*testing.T) floodgate.Stor
 			attr: "k",
 		}
 		hr.spec.window = int64(6 * time.Hour / time.Microsecond) // the harness's time step
-		limit := limitChoices[rng.IntN(len(limitChoices))]
-		hr.alts = []limits{{limit, limit}, {limitChoices[rng.IntN(len(limitChoices))], 0}}
-		hr.alts[1].burst = hr.alts[1].limit
+		for range 2 {
+			l := limitChoices[rng.IntN(len(limitChoices))]
+			hr.alts = append(hr.alts, limits{l, l})
+		}
 		hr.dynamic = true
 		// Start near a DST change or a month end now and then.
 		start := startTime(rng)
