@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,5 +171,19 @@ func testEnvoyConcurrentAdmission(t *testing.T, store string) {
 	wg.Wait()
 	if got := okCount.Load(); got != 25 {
 		t.Errorf("admitted %d of 80, want exactly 25", got)
+	}
+}
+
+func TestValidateEnvoyDir(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "edge.yaml"), envoyConfig)
+	out, err := exec.Command(binary, "validate", "--envoy-config-dir", dir).CombinedOutput()
+	if exitCode(err) != 0 || string(out) != dir+": ok (1 domains)\n" {
+		t.Errorf("validate a good envoy dir: %v\n%s", err, out)
+	}
+	write(t, filepath.Join(dir, "bad.yaml"), "domain: bad\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	out, err = exec.Command(binary, "validate", "--envoy-config-dir", dir).CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), filepath.Join(dir, "bad.yaml")+":4:") {
+		t.Errorf("validate a bad envoy dir: %v\n%s", err, out)
 	}
 }

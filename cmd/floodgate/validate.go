@@ -4,25 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/envoy"
 )
 
 const validateUsage = `
-Usage: floodgate validate FILE...
+Usage: floodgate validate [--envoy-config-dir DIR] [FILE...]
 
-Checks floodgate configuration files without starting anything. Every error
-is printed as file:line:column: field: message; the exit status is 1 when a
-file has errors, 0 when all are valid.
+Checks floodgate configuration files (and, with --envoy-config-dir, a
+directory of Envoy rate limit service files) without starting anything.
+Every error is printed as file:line:column: field: message; the exit status
+is 1 when a file has errors, 0 when all are valid.
 `
 
 func (m *Main) validate(_ context.Context, args []string) int {
 	fs := m.flagSet("validate", validateUsage)
 	quiet := fs.Bool("q", false, "print errors only, nothing for valid files")
+	envoyDir := fs.String("envoy-config-dir", "", "also check this `directory` of Envoy rate limit configuration files")
 	if code, ok := m.parseArgs(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 {
+	if fs.NArg() == 0 && *envoyDir == "" {
 		fmt.Fprintln(m.Stderr, "floodgate validate: name at least one configuration file")
 		fs.Usage()
 		return exitUsage
@@ -44,6 +48,15 @@ func (m *Main) validate(_ context.Context, args []string) int {
 		}
 		if !*quiet {
 			fmt.Fprintf(m.Stdout, "%s: ok (%d limiters, %s store)\n", path, len(c.Limiters), storeName(c))
+		}
+	}
+	if *envoyDir != "" {
+		c, err := envoy.LoadDir(*envoyDir)
+		if err != nil {
+			code = exitFail
+			fmt.Fprintln(m.Stderr, strings.TrimPrefix(err.Error(), "envoy: "))
+		} else if !*quiet {
+			fmt.Fprintf(m.Stdout, "%s: ok (%d domains)\n", *envoyDir, len(c.Domains()))
 		}
 	}
 	return code
