@@ -1,0 +1,127 @@
+package floodgate
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	"github.com/floodgate-go/floodgate/internal/algo"
+)
+
+// Weights give each token class its price in cost units: with
+// Weights{"input": 1, "output": 3}, a response of 2 input and 3 output
+// tokens costs 2×1 + 3×3 = 11. Weights are whole numbers; express fractional
+// prices in a finer unit (input 4, output 12, cached 1 prices cached tokens
+// at a quarter of input ones).
+type Weights map[string]int64
+
+// Usage counts the tokens of one piece of work by class.
+type Usage map[string]int64
+
+// Validate reports a class with an empty name or a negative weight.
+func (w Weights) Validate() error {
+	for class, weight := range w {
+		if class == "" {
+			return sprintfErr("floodgate: token class with an empty name")
+		}
+		if weight < 0 {
+			return sprintfErr("floodgate: token class %q: weight %d must not be negative", class, weight)
+		}
+	}
+	return nil
+}
+
+// Cost returns the weighted cost of u: the sum over its classes of tokens
+// times weight. A class without a weight is an error, so that a new kind of
+// token is never silently free; so are negative counts and a cost beyond
+// the largest a decision can carry (2^53).
+func (w Weights) Cost(u Usage) (int64, error) {
+	var cost int64
+	// Sorted, so that the error for a usage with several bad classes is
+	// always the same.
+	for _, class := range slices.Sorted(maps.Keys(u)) {
+		n := u[class]
+		weight, ok := w[class]
+		switch {
+		case !ok:
+			return 0, sprintfErr("floodgate: unknown token class %q", class)
+		case n < 0:
+			return 0, sprintfErr("floodgate: token class %q: count %d must not be negative", class, n)
+		case weight != 0 && n > (algo.MaxUnits-cost)/weight:
+			return 0, sprintfErr("floodgate: weighted cost exceeds %d", int64(algo.MaxUnits))
+		}
+		cost += n * weight
+	}
+	return cost, nil
+}
+
+// Only returns a limiter that applies just the named rules of l. It has l's
+// name, store, clock, failure policy and circuit breaker, so its rules act
+// on the very state of l's rules of the same names: recording into it
+// records into those rules of l and leaves the others alone. Use it to
+// record post-flight tokens into a route's tokens-per-minute rule and not
+// its requests-per-minute rule. It returns an error for an unknown name or
+// none.
+func (l *Limiter) Only(rules ...string) (*Limiter, error) {
+	if len(rules) == 0 {
+		return nil, sprintfErr("floodgate: limiter %q: Only needs at least one rule name", l.name)
+	}
+	all := l.Rules()
+	var keep []Rule
+	for _, name := range rules {
+		i := slices.IndexFunc(all, func(r Rule) bool { return r.Name == name })
+		if i < 0 {
+			return nil, sprintfErr("floodgate: limiter %q has no rule %q", l.name, name)
+		}
+		keep = append(keep, all[i])
+	}
+	sub, err := New(l.name, l.store, keep, &Options{
+		Clock: l.clock, FailurePolicy: l.policy, Shadow: l.shadow,
+		Timeout: l.timeout, Observer: l.observer, Logger: l.logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sub.breaker = l.breaker // one store, one breaker
+	return sub, nil
+}
+
+// Settle records cost, the actual usage of work that admitted admitted, into
+// l's rules for attrs, taking account of the units the admission already
+// charged to them.
+//
+// The pattern it serves: a route's limiter holds a requests-per-minute rule
+// and a tokens-per-minute rule; choosing the route is one AllowN(1), which
+// checks that both have room and charges 1 to both. The tokens are known
+// only after the response; l (made with Only) holds the token rules, and
+// Settle records cost−1 into them, so that they end up charged exactly cost.
+// A cost below what the admission charged refunds the admission's charge to
+// l's rules (and only those) and records cost instead; the admission's
+// ticket is then spent.
+//
+// When admitted charged none of l's rules (it was denied, admitted by a
+// failed store under FailOpen, or came from another limiter; pass the zero
+// Decision when there was no admission), Settle is Record(cost).
+func (l *Limiter) Settle(ctx context.Context, admitted Decision, attrs Attributes, cost int64) (Decision, error) {
+	if cost < 0 {
+		return Decision{}, sprintfErr("floodgate: limiter %q: settled cost %d must not be negative", l.name, cost)
+	}
+	var deposit int64
+	t := admitted.Ticket()
+	if t.Limiter == l.name {
+		for _, e := range t.Entries {
+			if l.byName[e.Rule] != nil {
+				deposit = t.Cost
+				break
+			}
+		}
+	}
+	if cost >= deposit {
+		return l.Record(ctx, attrs, cost-deposit)
+	}
+	// Refunding gives the deposit back to l's rules only: l does not hold
+	// the admission's other rules, so their entries are passed over. A
+	// refund that fails leaves the rules stricter, never looser.
+	_ = l.Refund(ctx, t)
+	return l.Record(ctx, attrs, cost)
+}
