@@ -25,6 +25,7 @@ type harness struct {
 	attrs []string   // rule i's key attribute; "" is the rule's global key
 	lims  []limits   // rule i's limits now, read by its LimitFunc
 	alts  [][]limits // the limits rule i may switch between
+	pro   []bool     // rule i has an override for plan "pro" (alts[1])
 
 	tickets []heldTicket
 	trace   []string
@@ -44,8 +45,11 @@ type harnessRule struct {
 	alts []limits
 	// burst is the rule's configured Burst (0: follows the limit).
 	burst int64
-	// dynamic makes the rule take its limit from a LimitFunc.
-	dynamic bool
+	// dynamic makes the rule take its limit from a LimitFunc, or with
+	// override set, from an Override for requests of plan "pro".
+	dynamic, override bool
+	// overrideBurst is the Override's Burst.
+	overrideBurst int64
 }
 
 // newHarness builds a limiter named name over store with the given rules.
@@ -85,11 +89,15 @@ func newHarness(t *testing.T, store *sharedStore, name string, seed uint64, star
 		if hr.attr != "" {
 			r.Key = []string{hr.attr}
 		}
-		if hr.dynamic {
+		switch {
+		case hr.dynamic && hr.override:
+			r.Overrides = []floodgate.Override{{Match: floodgate.Attributes{"plan": "pro"}, Limit: hr.alts[1].limit, Burst: hr.overrideBurst}}
+		case hr.dynamic:
 			r.LimitFunc = func(context.Context, floodgate.Attributes) (int64, error) {
 				return h.lims[i].limit, nil
 			}
 		}
+		h.pro = append(h.pro, hr.dynamic && hr.override)
 		rs = append(rs, r)
 	}
 	lim, err := floodgate.New(name, store, rs, &floodgate.Options{Clock: h.clock, Shadow: shadowLimiter})
@@ -129,14 +137,17 @@ func (h *harness) fail(format string, args ...any) {
 }
 
 // request returns attributes for a random request and each rule's model key
-// ("" when the rule is skipped). Each attribute is absent with probability
-// absent percent.
+// ("" when the rule is skipped). Each key attribute is absent with
+// probability absent percent; half the requests are of plan "pro".
 func (h *harness) request(absent int) (floodgate.Attributes, []string) {
 	attrs := floodgate.Attributes{}
 	for _, a := range []string{"k", "u"} {
 		if h.rng.IntN(100) >= absent {
 			attrs[a] = []string{"x", "y", "z"}[h.rng.IntN(3)]
 		}
+	}
+	if h.rng.IntN(2) == 0 {
+		attrs["plan"] = "pro"
 	}
 	keys := make([]string, len(h.specs))
 	for i, a := range h.attrs {
@@ -150,6 +161,19 @@ func (h *harness) request(absent int) (floodgate.Attributes, []string) {
 	return attrs, keys
 }
 
+// limitsFor is each rule's limits for a request.
+func (h *harness) limitsFor(attrs floodgate.Attributes) []limits {
+	out := append([]limits(nil), h.lims...)
+	for i, pro := range h.pro {
+		if pro && attrs["plan"] == "pro" {
+			out[i] = h.alts[i][1]
+		} else if pro {
+			out[i] = h.alts[i][0]
+		}
+	}
+	return out
+}
+
 // consume asks for n units and compares the answer; it returns the decision.
 func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) floodgate.Decision {
 	h.t.Helper()
@@ -158,7 +182,7 @@ func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) fl
 	if err != nil {
 		h.fail("AllowN(%d): %v", n, err)
 	}
-	want := h.model.decide(floodgate.ModeConsume, h.now(), keys, h.lims, n)
+	want := h.model.decide(floodgate.ModeConsume, h.now(), keys, h.limitsFor(attrs), n)
 	h.logResult(got)
 	h.compare("consume", got, want)
 	if t := got.Ticket(); t.Valid() != (want.ticket >= 0) {
@@ -186,7 +210,7 @@ func (h *harness) peek(attrs floodgate.Attributes, keys []string, n int64) flood
 		h.fail("peek: %v", err)
 	}
 	h.logResult(got)
-	h.compare("peek", got, h.model.decide(floodgate.ModePeek, h.now(), keys, h.lims, n))
+	h.compare("peek", got, h.model.decide(floodgate.ModePeek, h.now(), keys, h.limitsFor(attrs), n))
 	if got.Ticket().Valid() {
 		h.fail("peek returned a valid ticket")
 	}
@@ -201,7 +225,7 @@ func (h *harness) record(attrs floodgate.Attributes, keys []string, n int64) {
 		h.fail("Record(%d): %v", n, err)
 	}
 	h.logResult(got)
-	h.compare("record", got, h.model.decide(floodgate.ModeRecord, h.now(), keys, h.lims, n))
+	h.compare("record", got, h.model.decide(floodgate.ModeRecord, h.now(), keys, h.limitsFor(attrs), n))
 }
 
 // logResult adds the store's per-rule answers to the last trace line.

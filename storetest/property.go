@@ -23,10 +23,13 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 	limit := limitChoices[rng.IntN(len(limitChoices))]
 	alt := limitChoices[rng.IntN(len(limitChoices))]
 	hr.dynamic = rng.IntN(2) == 0
-	if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
-		if rng.IntN(2) == 0 {
-			hr.burst = between(1, 3*limit)
-		}
+	hr.override = hr.dynamic && rng.IntN(2) == 0
+	bucket := alg == floodgate.TokenBucket || alg == floodgate.GCRA
+	if bucket && rng.IntN(2) == 0 {
+		hr.burst = between(1, 3*limit)
+	}
+	if bucket && hr.override && rng.IntN(2) == 0 {
+		hr.overrideBurst = between(1, 3*alt)
 	}
 	burstOf := func(l int64) int64 {
 		if hr.burst != 0 {
@@ -37,6 +40,9 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 	hr.alts = []limits{{limit, burstOf(limit)}}
 	if hr.dynamic {
 		hr.alts = append(hr.alts, limits{alt, burstOf(alt)})
+		if hr.overrideBurst != 0 {
+			hr.alts[1].burst = hr.overrideBurst
+		}
 	}
 	s := &hr.spec
 	switch alg {
@@ -93,7 +99,7 @@ func (h *harness) step(absent int) {
 	var most int64 = 1
 	for i, k := range keys {
 		if k != "" {
-			most = max(most, capacity(h.specs[i].alg, h.lims[i]))
+			most = max(most, capacity(h.specs[i].alg, h.limitsFor(attrs)[i]))
 		}
 	}
 	cost := func() int64 {
@@ -125,7 +131,7 @@ func (h *harness) step(absent int) {
 	case r < 91:
 		h.reset(attrs, keys)
 	default:
-		i := h.rng.IntN(len(h.lims))
+		i := h.rng.IntN(len(h.lims)) // overridden rules ignore h.lims
 		h.lims[i] = h.alts[i][h.rng.IntN(len(h.alts[i]))]
 		h.logf("rule %s limits now %+v", h.specs[i].name, h.lims[i])
 	}
