@@ -7,6 +7,10 @@ package bench
 // clock. Each peer is used the way its documentation shows; notes on what
 // each one does (and does not do) per request are in docs/benchmarks.md.
 //
+// Besides ns/op (wall time) each run reports cpu-ns/op, the process's CPU
+// time per request: on a loaded machine wall time includes waiting for a
+// core and CPU time mostly does not.
+//
 // Run: make bench-compare (or: cd bench && go test -run '^$' -bench Compare -benchmem)
 
 import (
@@ -14,6 +18,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +51,16 @@ func (r *splitmix) next() uint64 {
 // intn returns a uniform number in [0, n).
 func (r *splitmix) intn(n int) int { return int((r.next() >> 32) * uint64(n) >> 32) }
 
+// cpuNow returns the CPU time this process has used (user + system, all
+// threads), in nanoseconds.
+func cpuNow() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 var seeds atomic.Uint64
 
 func newSplitmix() splitmix { return splitmix(seeds.Add(0x5851f42d4c957f2d)) }
@@ -54,17 +69,22 @@ func newSplitmix() splitmix { return splitmix(seeds.Add(0x5851f42d4c957f2d)) }
 // request was admitted.
 type allowFunc func(ctx context.Context, i int) bool
 
-// contender is one limiter under test. setup builds it fresh and returns its
-// decision function and a clean-up.
+// contender is one limiter under test. setup builds it fresh and returns a
+// constructor of per-goroutine decision functions and a clean-up.
 type contender struct {
 	name  string
-	setup func(tb testing.TB, keys []string) (allowFunc, func())
+	setup func(tb testing.TB, keys []string) (worker func() allowFunc, done func())
 }
 
+// shared makes a worker constructor of one decision function that every
+// goroutine may call.
+func shared(f allowFunc) func() allowFunc { return func() allowFunc { return f } }
+
 var contenders = []contender{
-	{"floodgate/token_bucket", floodgateSetup(floodgate.TokenBucket)},
-	{"floodgate/fixed_window", floodgateSetup(floodgate.FixedWindow)},
-	{"floodgate/gcra", floodgateSetup(floodgate.GCRA)},
+	{"floodgate/token_bucket", floodgateSetup(floodgate.TokenBucket, false)},
+	{"floodgate/token_bucket/prebuilt-attrs", floodgateSetup(floodgate.TokenBucket, true)},
+	{"floodgate/fixed_window", floodgateSetup(floodgate.FixedWindow, false)},
+	{"floodgate/gcra", floodgateSetup(floodgate.GCRA, false)},
 	{"x-time-rate/mutex-map", rateMutexMapSetup},
 	{"x-time-rate/sync-map", rateSyncMapSetup},
 	{"ulule-limiter", ululeSetup},
@@ -74,11 +94,16 @@ var contenders = []contender{
 }
 
 // floodgateSetup is one floodgate rule keyed on the "user" attribute over
-// the memory store with its defaults. Attribute maps are built before the
-// timer, as a request's attributes are built once per request and shared by
-// every limiter it passes.
-func floodgateSetup(alg floodgate.Algorithm) func(testing.TB, []string) (allowFunc, func()) {
-	return func(tb testing.TB, keys []string) (allowFunc, func()) {
+// the memory store with its defaults.
+//
+// floodgate takes a request's attributes as a map, where the peers take the
+// key string. By default each goroutine reuses one Attributes map and sets
+// the key in it per request (a map write the peers do not pay, but no
+// allocation): a server builds a request's attributes once, and they are
+// in cache when the limiter reads them. With prebuilt, every key has its
+// own map, built before the timer: no write, but a cold map per request.
+func floodgateSetup(alg floodgate.Algorithm, prebuilt bool) func(testing.TB, []string) (func() allowFunc, func()) {
+	return func(tb testing.TB, keys []string) (func() allowFunc, func()) {
 		r := floodgate.Rule{Name: "per-user", Algorithm: alg, Key: []string{"user"},
 			Limit: 1 << 40, Window: time.Hour}
 		if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
@@ -89,22 +114,32 @@ func floodgateSetup(alg floodgate.Algorithm) func(testing.TB, []string) (allowFu
 		if err != nil {
 			tb.Fatal(err)
 		}
-		attrs := make([]floodgate.Attributes, len(keys))
-		for i, k := range keys {
-			attrs[i] = floodgate.Attributes{"user": k}
+		done := func() { st.Close() }
+		if prebuilt {
+			attrs := make([]floodgate.Attributes, len(keys))
+			for i, k := range keys {
+				attrs[i] = floodgate.Attributes{"user": k}
+			}
+			return shared(func(ctx context.Context, i int) bool {
+				return l.Allow(ctx, attrs[i]).Allowed
+			}), done
 		}
-		return func(ctx context.Context, i int) bool {
-			return l.Allow(ctx, attrs[i]).Allowed
-		}, func() { st.Close() }
+		return func() allowFunc {
+			attrs := floodgate.Attributes{"user": ""}
+			return func(ctx context.Context, i int) bool {
+				attrs["user"] = keys[i]
+				return l.Allow(ctx, attrs).Allowed
+			}
+		}, done
 	}
 }
 
 // rateMutexMapSetup is the idiom most Go services write: a mutex-guarded map
 // from key to *rate.Limiter, created on first sight and never evicted.
-func rateMutexMapSetup(tb testing.TB, keys []string) (allowFunc, func()) {
+func rateMutexMapSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	var mu sync.Mutex
 	m := make(map[string]*rate.Limiter)
-	return func(_ context.Context, i int) bool {
+	return shared(func(_ context.Context, i int) bool {
 		mu.Lock()
 		l := m[keys[i]]
 		if l == nil {
@@ -113,46 +148,46 @@ func rateMutexMapSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 		}
 		mu.Unlock()
 		return l.Allow()
-	}, func() {}
+	}), func() {}
 }
 
 // rateSyncMapSetup is the same idiom over a sync.Map.
-func rateSyncMapSetup(tb testing.TB, keys []string) (allowFunc, func()) {
+func rateSyncMapSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	var m sync.Map
-	return func(_ context.Context, i int) bool {
+	return shared(func(_ context.Context, i int) bool {
 		v, ok := m.Load(keys[i])
 		if !ok {
 			v, _ = m.LoadOrStore(keys[i], rate.NewLimiter(1e9, 1e9))
 		}
 		return v.(*rate.Limiter).Allow()
-	}, func() {}
+	}), func() {}
 }
 
 // ululeSetup is ulule/limiter's in-memory store (fixed window).
-func ululeSetup(tb testing.TB, keys []string) (allowFunc, func()) {
+func ululeSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: time.Hour, Limit: 1 << 40})
-	return func(ctx context.Context, i int) bool {
+	return shared(func(ctx context.Context, i int) bool {
 		c, err := l.Get(ctx, keys[i])
 		return err == nil && !c.Reached
-	}, func() {}
+	}), func() {}
 }
 
 // goLimiterSetup is sethvargo/go-limiter's memorystore.
-func goLimiterSetup(tb testing.TB, keys []string) (allowFunc, func()) {
+func goLimiterSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	st, err := memorystore.New(&memorystore.Config{Tokens: 1 << 40, Interval: time.Hour})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var _ golimiter.Store = st
-	return func(ctx context.Context, i int) bool {
+	return shared(func(ctx context.Context, i int) bool {
 		_, _, _, ok, err := st.Take(ctx, keys[i])
 		return err == nil && ok
-	}, func() { st.Close(context.Background()) }
+	}), func() { st.Close(context.Background()) }
 }
 
 // throttledSetup is throttled's GCRA limiter over its memstore, bounded
 // (LRU) at 65,536 keys like floodgate's store is bounded.
-func throttledSetup(tb testing.TB, keys []string) (allowFunc, func()) {
+func throttledSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	st, err := memstore.NewCtx(1 << 16)
 	if err != nil {
 		tb.Fatal(err)
@@ -161,23 +196,23 @@ func throttledSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return func(ctx context.Context, i int) bool {
+	return shared(func(ctx context.Context, i int) bool {
 		limited, _, err := l.RateLimitCtx(ctx, keys[i], 1)
 		return err == nil && !limited
-	}, func() {}
+	}), func() {}
 }
 
 // httprateSetup is go-chi/httprate's local counter driven the way its
 // RateLimiter.OnLimit drives it, minus the HTTP headers: under one limiter
 // mutex, read the current and previous window counts, estimate the sliding
 // rate, and increment when under the limit.
-func httprateSetup(tb testing.TB, keys []string) (allowFunc, func()) {
+func httprateSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	const window = time.Hour
 	const limit = 1 << 40
 	c := httprate.NewLocalLimitCounter(window)
 	c.Config(limit, window)
 	var mu sync.Mutex
-	return func(_ context.Context, i int) bool {
+	return shared(func(_ context.Context, i int) bool {
 		now := time.Now().UTC()
 		cur := now.Truncate(window)
 		prev := cur.Add(-window)
@@ -193,7 +228,7 @@ func httprateSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 			return false
 		}
 		return c.IncrementBy(keys[i], cur, 1) == nil
-	}, func() {}
+	}), func() {}
 }
 
 func benchKeys() []string {
@@ -211,9 +246,10 @@ func BenchmarkCompare(b *testing.B) {
 	for _, c := range contenders {
 		for _, mode := range []string{"serial", "parallel"} {
 			b.Run(c.name+"/"+mode, func(b *testing.B) {
-				allow, done := c.setup(b, keys)
+				worker, done := c.setup(b, keys)
 				defer done()
 				ctx := context.Background()
+				allow := worker()
 				for i := range keys {
 					if !allow(ctx, i) {
 						b.Fatal("warm-up denied")
@@ -221,6 +257,12 @@ func BenchmarkCompare(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
+				cpu := cpuNow()
+				defer func() {
+					if b.N > 0 {
+						b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
+					}
+				}()
 				if mode == "serial" {
 					r := newSplitmix()
 					for b.Loop() {
@@ -231,6 +273,7 @@ func BenchmarkCompare(b *testing.B) {
 					return
 				}
 				b.RunParallel(func(pb *testing.PB) {
+					allow := worker()
 					r := newSplitmix()
 					for pb.Next() {
 						if !allow(ctx, r.intn(numKeys)) {
@@ -249,7 +292,8 @@ func BenchmarkCompare(b *testing.B) {
 func TestContendersAdmit(t *testing.T) {
 	keys := benchKeys()[:100]
 	for _, c := range contenders {
-		allow, done := c.setup(t, keys)
+		worker, done := c.setup(t, keys)
+		allow := worker()
 		for i := range keys {
 			if !allow(context.Background(), i) {
 				t.Errorf("%s denied key %d", c.name, i)
