@@ -82,6 +82,9 @@ type decisionRequest struct {
 	Attributes map[string]string `json:"attributes"`
 	// Cost is a pointer so that an absent cost (1) differs from 0 (peek).
 	Cost *int64 `json:"cost"`
+	// Peek, on /v1/check, asks whether cost units would be admitted now
+	// without charging them.
+	Peek bool `json:"peek"`
 }
 
 // refundRequest is the body of POST /v1/refund.
@@ -214,18 +217,32 @@ func jsonError(err error, limit int64) *httpError {
 	return badRequest(fmt.Sprintf("the body is not a valid request: %v", err))
 }
 
-// decision reads and checks a check or record request.
+// decision reads and checks a check, record or reset request.
 func (s *Server) decision(w http.ResponseWriter, r *http.Request) (*floodgate.Limiter, floodgate.Attributes, int64, *httpError) {
+	l, attrs, cost, _, e := s.decisionPeek(w, r, false)
+	return l, attrs, cost, e
+}
+
+// decisionPeek is decision that also reads "peek" when peekOK.
+func (s *Server) decisionPeek(w http.ResponseWriter, r *http.Request, peekOK bool) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
+	l, attrs, cost, peek, e := s.readDecision(w, r)
+	if e == nil && peek && !peekOK {
+		e = badRequest("peek: only /v1/check peeks")
+	}
+	return l, attrs, cost, peek, e
+}
+
+func (s *Server) readDecision(w http.ResponseWriter, r *http.Request) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
 	var req decisionRequest
 	if e := s.decode(w, r, &req); e != nil {
-		return nil, nil, 0, e
+		return nil, nil, 0, false, e
 	}
 	if req.Limiter == "" {
-		return nil, nil, 0, badRequest("limiter: must be set")
+		return nil, nil, 0, false, badRequest("limiter: must be set")
 	}
 	l := s.limiter(req.Limiter)
 	if l == nil {
-		return nil, nil, 0, &httpError{status: http.StatusNotFound, kind: kindUnknownLimiter,
+		return nil, nil, 0, false, &httpError{status: http.StatusNotFound, kind: kindUnknownLimiter,
 			detail: fmt.Sprintf("limiter: no limiter named %q; GET /v1/limiters lists them", req.Limiter)}
 	}
 	cost := int64(1)
@@ -233,19 +250,26 @@ func (s *Server) decision(w http.ResponseWriter, r *http.Request) (*floodgate.Li
 		cost = *req.Cost
 	}
 	if cost < 0 {
-		return nil, nil, 0, badRequest(fmt.Sprintf("cost: must not be negative, got %d", cost))
+		return nil, nil, 0, false, badRequest(fmt.Sprintf("cost: must not be negative, got %d", cost))
 	}
-	return l, floodgate.Attributes(req.Attributes), cost, nil
+	return l, floodgate.Attributes(req.Attributes), cost, req.Peek, nil
 }
 
 // handleCheck serves POST /v1/check: one decision, consuming cost (default
-// 1) when admitted; cost 0 peeks.
+// 1) when admitted; cost 0 peeks at one unit, and "peek": true at cost
+// units.
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, cost, e := s.decision(w, r)
+	l, attrs, cost, peek, e := s.decisionPeek(w, r, true)
 	if e != nil {
 		return e
 	}
-	d, err := l.AllowN(r.Context(), attrs, cost)
+	var d floodgate.Decision
+	var err error
+	if peek {
+		d, err = l.Peek(r.Context(), attrs, max(cost, 1))
+	} else {
+		d, err = l.AllowN(r.Context(), attrs, cost)
+	}
 	if err != nil {
 		return badRequest(err.Error())
 	}

@@ -224,6 +224,13 @@ func TestPeekRecordNever(t *testing.T) {
 	if never.Allowed || !never.Never || never.RetryAfterMS != 0 {
 		t.Errorf("cost 4 over limit 3: %+v, want never with no retry", never)
 	}
+	big := ts.decide("/v1/check", `{"limiter":"api","attributes":{"user":"u5"},"cost":3,"peek":true}`)
+	if !big.Allowed || big.Remaining != 3 || big.Ticket != "" {
+		t.Errorf("peek at cost 3: %+v, want allowed, nothing charged", big)
+	}
+	if d := ts.decide("/v1/check", `{"limiter":"api","attributes":{"user":"u5"},"cost":4,"peek":true}`); d.Allowed {
+		t.Errorf("peek at cost 4 over limit 3 allowed")
+	}
 	vip := ts.decide("/v1/check", `{"limiter":"api","attributes":{"user":"vip"},"cost":4}`)
 	if !vip.Allowed || vip.Limit != 10 {
 		t.Errorf("vip override: %+v, want limit 10", vip)
@@ -301,6 +308,7 @@ func TestErrors(t *testing.T) {
 		{"wrong method", "GET", "/v1/check", ``, nil, 405, kindMethod, "/v1/check takes POST, not GET"},
 		{"wrong method get", "POST", "/v1/limiters", ``, nil, 405, kindMethod, "/v1/limiters takes GET, HEAD, not POST"},
 		{"unknown path", "GET", "/v2/check", ``, nil, 404, kindNotFound, "no endpoint /v2/check; see docs/http-api.md"},
+		{"peek on record", "POST", "/v1/record", `{"limiter":"api","peek":true}`, nil, 400, kindInvalidRequest, "peek: only /v1/check peeks"},
 		{"no ticket", "POST", "/v1/refund", `{}`, nil, 400, kindInvalidRequest, "ticket: must be set"},
 		{"reset without token", "POST", "/v1/reset", `{"limiter":"api"}`, nil, 401, kindUnauthorized, "admin endpoints need an Authorization: Bearer <token> header"},
 		{"reset wrong token", "POST", "/v1/reset", `{"limiter":"api"}`, []string{"Authorization", "Bearer nope"}, 401, kindUnauthorized, "the admin token is wrong"},
