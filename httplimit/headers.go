@@ -85,14 +85,16 @@ type Quota struct {
 	policies map[string]*policy
 	// all is the RateLimit-Policy value when every rule applies with its
 	// own limit, the common case, which then allocates nothing.
-	all string
+	all   string
+	rules []floodgate.Rule
 }
 
 // NewQuota returns the formatter for decisions of l.
 func NewQuota(l *floodgate.Limiter) *Quota {
 	q := &Quota{policies: make(map[string]*policy)}
 	var all []floodgate.RuleDecision
-	for _, r := range l.Rules() {
+	q.rules = l.Rules()
+	for _, r := range q.rules {
 		p := policyOf(r)
 		p.limit = r.Limit
 		p.item = p.appendItem(nil, r.Name, r.Limit)
@@ -112,14 +114,29 @@ func (q *Quota) Format(d *floodgate.Decision) (policy, limit string) {
 		return "", ""
 	}
 	var buf [256]byte
-	b := q.appendPolicy(buf[:0], rules)
-	if string(b) == q.all {
+	b := buf[:0]
+	if q.allApply(rules) {
 		policy = q.all
 	} else {
+		b = q.appendPolicy(b, rules)
 		policy = string(b)
 	}
 	b = appendLimit(b[:0], rules)
 	return policy, string(b)
+}
+
+// allApply reports whether rules are all of the limiter's rules, in order,
+// each with its own limit.
+func (q *Quota) allApply(rules []floodgate.RuleDecision) bool {
+	if len(rules) != len(q.rules) {
+		return false
+	}
+	for i := range rules {
+		if rules[i].Name != q.rules[i].Name || rules[i].Limit != q.rules[i].Limit {
+			return false
+		}
+	}
+	return true
 }
 
 func (q *Quota) appendPolicy(b []byte, rules []floodgate.RuleDecision) []byte {

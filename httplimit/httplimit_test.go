@@ -705,3 +705,28 @@ func TestIPv6Peer(t *testing.T) {
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func listenV6() (net.Listener, error) { return net.Listen("tcp6", "[::1]:0") }
+
+func TestQuotaFormat(t *testing.T) {
+	rules := []floodgate.Rule{
+		{Name: "a", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Second, Key: []string{"x"},
+			Overrides: []floodgate.Override{{Match: floodgate.Attributes{"x": "vip"}, Limit: 50}}},
+		{Name: "b", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute, Key: []string{"y"}},
+	}
+	f := newFixture(t, rules, nil)
+	q := NewQuota(f.lim)
+	for _, tt := range []struct {
+		attrs      floodgate.Attributes
+		policy, rl string
+	}{
+		{floodgate.Attributes{"x": "1", "y": "1"}, `"a";q=10;w=1, "b";q=5;w=60`, `"a";r=9;t=1, "b";r=4;t=60`},
+		{floodgate.Attributes{"x": "vip", "y": "1"}, `"a";q=50;w=1, "b";q=5;w=60`, `"a";r=49;t=1, "b";r=3;t=60`},
+		{floodgate.Attributes{"y": "1"}, `"b";q=5;w=60`, `"b";r=2;t=60`},
+		{floodgate.Attributes{}, ``, ``},
+	} {
+		d := f.lim.Allow(context.Background(), tt.attrs)
+		p, rl := q.Format(&d)
+		if p != tt.policy || rl != tt.rl {
+			t.Errorf("%v: Format = %q, %q; want %q, %q", tt.attrs, p, rl, tt.policy, tt.rl)
+		}
+	}
+}
