@@ -114,7 +114,7 @@ func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
 	} else {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
-	for _, name := range []string{"America/New_York", "Europe/Berlin"} {
+	for _, name := range []string{"America/New_York", "Europe/Berlin", "America/Santiago"} {
 		loc, err := time.LoadLocation(name)
 		if err != nil {
 			t.Fatalf("load time zone %s: %v", name, err)

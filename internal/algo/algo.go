@@ -327,18 +327,35 @@ func windowAt(p *Params, now int64) (start, end int64) {
 			loc = time.UTC
 		}
 		y, m, d := time.UnixMicro(now).In(loc).Date()
-		var s, e time.Time
 		if p.Align == AlignDay {
-			s = time.Date(y, m, d, 0, 0, 0, 0, loc)
-			e = time.Date(y, m, d+1, 0, 0, 0, 0, loc)
-		} else {
-			s = time.Date(y, m, 1, 0, 0, 0, 0, loc)
-			e = time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+			return startOfDay(y, m, d, loc), startOfDay(y, m, d+1, loc)
 		}
-		return s.UnixMicro(), e.UnixMicro()
+		return startOfDay(y, m, 1, loc), startOfDay(y, m+1, 1, loc)
 	default:
 		return now, now + p.Window
 	}
+}
+
+// WindowAt returns the fixed window [start, end) that a key with no window
+// open gets at now. Stores that cannot read time zones where they evaluate
+// the algorithm (Redis scripts) compute calendar windows with it.
+func WindowAt(p *Params, now int64) (start, end int64) { return windowAt(p, now) }
+
+// startOfDay is the first instant (µs) of the local day (y, m, d); d may run
+// past the month's end. In zones that change clocks at midnight, midnight
+// may not exist: time.Date then gives an instant an hour off, and the day
+// starts where the clock change is.
+func startOfDay(y int, m time.Month, d int, loc *time.Location) int64 {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if t.Hour() != 0 {
+		start, end := t.ZoneBounds()
+		if noon := time.Date(y, m, d, 12, 0, 0, 0, loc); t.YearDay() != noon.YearDay() {
+			t = end // placed on the day before: the day starts when that zone ends
+		} else {
+			t = start // placed after the gap: the day starts when this zone begins
+		}
+	}
+	return t.UnixMicro()
 }
 
 func ceilDiv(a, b int64) int64 {

@@ -326,6 +326,67 @@ func TestCalendarWindows(t *testing.T) {
 	}
 }
 
+// Calendar windows are exactly the spans of one local date (or month), also
+// in zones whose clocks change at midnight, where midnight may not exist
+// (Santiago, Havana, Asunción) or may come twice (Beirut).
+func TestCalendarWindowsFollowLocalDates(t *testing.T) {
+	for _, zone := range []string{"America/Santiago", "America/Havana", "America/Asuncion", "Asia/Beirut",
+		"Pacific/Apia", "Australia/Lord_Howe", "America/New_York", "Europe/Berlin", "Asia/Kolkata"} {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Skip(err)
+		}
+		for day := time.Date(2015, 1, 1, 7, 0, 0, 0, time.UTC); day.Year() < 2017; day = day.Add(24*time.Hour + 17*time.Minute) {
+			now := day.UnixMicro()
+			for _, align := range []Align{AlignDay, AlignMonth} {
+				p := Params{Kind: FixedWindow, Limit: 1, Align: align, Loc: loc}
+				start, end := WindowAt(&p, now)
+				wantStart, wantEnd := localSpan(now, loc, align == AlignMonth)
+				if start != wantStart || end != wantEnd {
+					t.Fatalf("%s %v window at %v: [%v, %v), want [%v, %v)", zone, align, day.In(loc),
+						time.UnixMicro(start).In(loc), time.UnixMicro(end).In(loc),
+						time.UnixMicro(wantStart).In(loc), time.UnixMicro(wantEnd).In(loc))
+				}
+			}
+		}
+	}
+}
+
+// localSpan finds the span of instants sharing now's local date (or month)
+// by bisection.
+func localSpan(now int64, loc *time.Location, month bool) (start, end int64) {
+	key := func(us int64) int {
+		y, m, d := time.UnixMicro(us).In(loc).Date()
+		if month {
+			d = 1
+		}
+		return y*10000 + int(m)*100 + d
+	}
+	k := key(now)
+	span := int64(48 * time.Hour / time.Microsecond)
+	if month {
+		span *= 17
+	}
+	lo, hi := now-span, now
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; key(mid) == k {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	start = hi
+	lo, hi = now, now+span
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; key(mid) == k {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return start, hi
+}
+
 // From its Expiry on, a state means the same as an absent key, so a store
 // may forget it then; and it never expires while it holds anything.
 func TestExpiryMeansAbsent(t *testing.T) {
