@@ -299,13 +299,19 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 		if key == "" {
 			continue
 		}
-		p := c.params
+		// The op is filled in place: building it aside and appending
+		// would copy its 150 bytes once more.
+		b.Ops = append(b.Ops, Op{})
+		op := &b.Ops[len(b.Ops)-1]
+		op.Params = c.params
 		if c.Overrides != nil || c.LimitFunc != nil {
-			if p, err = c.paramsFor(ctx, attrs); err != nil {
+			if op.Params, err = c.paramsFor(ctx, attrs); err != nil {
+				b.Ops = b.Ops[:len(b.Ops)-1]
 				break
 			}
 		}
-		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: key, Params: p, Shadow: c.Shadow || l.shadow})
+		op.Scope, op.Key, op.Shadow = c.scope, key, c.Shadow || l.shadow
+		p := &op.Params
 		rd := d.ruleSlot()
 		rd.Name, rd.rule, rd.key, rd.Shadow, rd.Limit = c.Name, c.index, key, c.Shadow || l.shadow, p.Limit
 		rd.burst = p.Burst

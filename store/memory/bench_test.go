@@ -209,6 +209,30 @@ func BenchmarkAlgorithm(b *testing.B) {
 	})
 }
 
+// BenchmarkObserved is rules=1/keys=10k/serial with an Observer set, as a
+// service that counts decisions in metrics runs: it must not allocate
+// either.
+func BenchmarkObserved(b *testing.B) {
+	attrs := benchAttrs(10_000)
+	st := memory.New(&memory.Options{MaxKeys: 4 * len(attrs), SweepInterval: -1})
+	b.Cleanup(func() { st.Close() })
+	var admitted atomic.Int64
+	l, err := floodgate.New("bench", st, []floodgate.Rule{benchTokenBucket}, &floodgate.Options{
+		Observer: func(_ context.Context, e floodgate.Event) {
+			if e.Decision.Allowed {
+				admitted.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	runDecisions(b, l, attrs, false)
+	if admitted.Load() == 0 {
+		b.Fatal("the observer saw no decision")
+	}
+}
+
 // BenchmarkDenied floods one key that is over its limit: the path a hot
 // abusive key takes (reads, no writes).
 func BenchmarkDenied(b *testing.B) {
