@@ -83,6 +83,9 @@ func TestInvalid(t *testing.T) {
 			"redis_bad_url.yaml:2:16: store.redis.url: must start with redis://, rediss:// or unix://, got \"http://127.0.0.1:6379\"",
 			"redis_bad_url.yaml:2:51: store.redis.deadline: must be at least 1ms, got 0s",
 		}},
+		{"reserved_name.yaml", []string{
+			"reserved_name.yaml:2:11: limiters[0].name: names starting with \"envoy.\" are reserved for the domains of --envoy-config-dir",
+		}},
 		{"redis_fallback.yaml", []string{
 			"redis_fallback.yaml:3:33: store.redis.cluster[1]: must be host:port, got \"nohost\"",
 			"redis_fallback.yaml:4:17: store.redis.key_prefix: must not contain '{' or '}' (keys carry their own hash tags)",

@@ -95,6 +95,10 @@ func (d *decoder) decode(data []byte) *Config {
 		if !ok {
 			continue
 		}
+		if strings.HasPrefix(l.Name, "envoy.") {
+			d.errorf(d.pos[p+".name"], p+".name", "names starting with \"envoy.\" are reserved for the domains of --envoy-config-dir")
+			continue
+		}
 		if first := seen[l.Name]; first != nil {
 			d.errorf(d.pos[p+".name"], p+".name", "duplicate limiter name %q (first defined at line %d)", l.Name, first.Line)
 			continue
