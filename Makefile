@@ -14,7 +14,8 @@ check:
 	staticcheck ./...
 
 # Benchmarks. BENCHTIME and COUNT trade time for less noise; results are
-# ratios within one run (see docs/benchmarks.md).
+# ratios within one run (see docs/benchmarks.md). Raw output and markdown
+# tables go to BENCH_OUT.
 BENCHTIME ?= 500ms
 COUNT ?= 5
 BENCH_OUT ?= $(CURDIR)/bench/results
@@ -24,11 +25,12 @@ BENCH_OUT ?= $(CURDIR)/bench/results
 # In-repo benchmarks of the memory store through the Limiter API.
 bench:
 	mkdir -p $(BENCH_OUT)
-	go test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) ./store/memory | tee $(BENCH_OUT)/memory.txt
+	go test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) ./store/memory > $(BENCH_OUT)/memory.txt || { cat $(BENCH_OUT)/memory.txt; exit 1; }
+	cd bench && go run ./cmd/benchtable -base rules=1/keys=10k < $(BENCH_OUT)/memory.txt | tee $(BENCH_OUT)/memory.md
 
 # floodgate's memory store against peer Go limiters (the bench/ module), as a
 # markdown table of medians with ratios to floodgate's token bucket.
 bench-compare:
 	mkdir -p $(BENCH_OUT)
-	cd bench && go test -run '^$$' -bench Compare -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) . | tee $(BENCH_OUT)/compare.txt
+	cd bench && go test -run '^$$' -bench Compare -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) . > $(BENCH_OUT)/compare.txt || { cat $(BENCH_OUT)/compare.txt; exit 1; }
 	cd bench && go run ./cmd/benchtable -base floodgate/token_bucket < $(BENCH_OUT)/compare.txt | tee $(BENCH_OUT)/compare.md

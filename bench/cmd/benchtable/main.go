@@ -1,6 +1,7 @@
 // Command benchtable turns `go test -bench -benchmem` output into markdown
-// tables of ns/op, B/op and allocs/op with each row's ratio to a baseline row
-// measured in the same run.
+// tables of ns/op, cpu-ns/op (when the benchmarks report it), B/op and
+// allocs/op, with each row's ratios to a baseline row measured in the same
+// run. A ratio above 1 means the row is slower than the baseline.
 //
 // Benchmark names are read as Benchmark<Group>/<row...>/<column>: one table
 // is printed per last name element (for BenchmarkCompare: serial and
@@ -19,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -40,8 +42,8 @@ func main() {
 	write(os.Stdout, runs, order, *base)
 }
 
-// sample is the metrics of one benchmark line.
-type sample struct{ ns, bytes, allocs float64 }
+// sample is the metrics of one benchmark line; -1 when absent.
+type sample struct{ ns, cpu, bytes, allocs float64 }
 
 // key names a result: its table (column) and its row.
 type key struct{ table, row string }
@@ -68,7 +70,7 @@ func parse(r io.Reader) (map[key][]sample, []key, error) {
 		if len(parts) < 3 {
 			k = key{table: "", row: strings.TrimPrefix(name, "Benchmark")}
 		}
-		s := sample{ns: -1, bytes: -1, allocs: -1}
+		s := sample{ns: -1, cpu: -1, bytes: -1, allocs: -1}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
@@ -77,6 +79,8 @@ func parse(r io.Reader) (map[key][]sample, []key, error) {
 			switch f[i+1] {
 			case "ns/op":
 				s.ns = v
+			case "cpu-ns/op":
+				s.cpu = v
 			case "B/op":
 				s.bytes = v
 			case "allocs/op":
@@ -127,39 +131,45 @@ func write(w io.Writer, runs map[key][]sample, order []key, base string) {
 		if t != "" {
 			fmt.Fprintf(w, "**%s**\n\n", t)
 		}
-		baseNs := -1.0
+		baseNs, baseCPU := -1.0, -1.0
 		if ss, ok := runs[key{t, base}]; ok {
 			baseNs = median(metric(ss, func(s sample) float64 { return s.ns }))
+			baseCPU = median(metric(ss, func(s sample) float64 { return s.cpu }))
 		}
-		fmt.Fprintf(w, "| limiter | ns/op (median) | ns/op min–max | B/op | allocs/op | time vs %s | runs |\n", base)
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintf(w, "| benchmark | ns/op (median) | ns/op min–max | cpu-ns/op | B/op | allocs/op | ns/op vs %s | cpu-ns/op vs %s | runs |\n", base, base)
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		for _, k := range order {
 			if k.table != t {
 				continue
 			}
 			ss := runs[k]
 			ns := metric(ss, func(s sample) float64 { return s.ns })
-			ratio := "n/a"
+			cpu := median(metric(ss, func(s sample) float64 { return s.cpu }))
+			ratio, cpuRatio := "n/a", "n/a"
 			if baseNs > 0 {
 				ratio = fmt.Sprintf("%.2fx", median(ns)/baseNs)
+			}
+			if baseCPU > 0 && cpu > 0 {
+				cpuRatio = fmt.Sprintf("%.2fx", cpu/baseCPU)
 			}
 			row := k.row
 			if row == base {
 				row = "**" + row + "**"
 			}
-			fmt.Fprintf(w, "| %s | %.1f | %.0f–%.0f | %s | %s | %s | %d |\n", row, median(ns),
-				slices.Min(ns), slices.Max(ns),
+			fmt.Fprintf(w, "| %s | %.1f | %.0f–%.0f | %s | %s | %s | %s | %s | %d |\n", row, median(ns),
+				slices.Min(ns), slices.Max(ns), orDash(cpu),
 				orDash(median(metric(ss, func(s sample) float64 { return s.bytes }))),
 				orDash(median(metric(ss, func(s sample) float64 { return s.allocs }))),
-				ratio, len(ss))
+				ratio, cpuRatio, len(ss))
 		}
 	}
 }
 
-// orDash formats a count, or "-" when the run did not report it.
+// orDash formats a metric to one decimal at most, or "-" when the run did
+// not report it.
 func orDash(v float64) string {
 	if v < 0 {
 		return "-"
 	}
-	return strconv.FormatFloat(v, 'f', -1, 64)
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
 }

@@ -6,9 +6,9 @@ import (
 )
 
 const sampleOutput = `goos: linux
-BenchmarkCompare/floodgate/token_bucket/serial-2   100  100.0 ns/op  0 B/op  0 allocs/op
-BenchmarkCompare/floodgate/token_bucket/serial-2   100  300.0 ns/op  0 B/op  0 allocs/op
-BenchmarkCompare/peer/serial-2                     100  400.0 ns/op  32 B/op  2 allocs/op
+BenchmarkCompare/floodgate/token_bucket/serial-2   100  100.0 ns/op  90 cpu-ns/op  0 B/op  0 allocs/op
+BenchmarkCompare/floodgate/token_bucket/serial-2   100  300.0 ns/op  110 cpu-ns/op  0 B/op  0 allocs/op
+BenchmarkCompare/peer/serial-2                     100  400.0 ns/op  300 cpu-ns/op  32 B/op  2 allocs/op
 BenchmarkCompare/floodgate/token_bucket/parallel-2 100  50.0 ns/op   0 B/op  0 allocs/op
 PASS
 `
@@ -26,8 +26,8 @@ func TestTable(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"**serial**",
-		"| **floodgate/token_bucket** | 200.0 | 100–300 | 0 | 0 | 1.00x | 2 |",
-		"| peer | 400.0 | 400–400 | 32 | 2 | 2.00x | 1 |",
+		"| **floodgate/token_bucket** | 200.0 | 100–300 | 100 | 0 | 0 | 1.00x | 1.00x | 2 |",
+		"| peer | 400.0 | 400–400 | 300 | 32 | 2 | 2.00x | 3.00x | 1 |",
 		"**parallel**",
 	} {
 		if !strings.Contains(out, want) {
