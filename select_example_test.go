@@ -111,7 +111,7 @@ func ExampleLimiter_Settle() {
 	if err != nil {
 		panic(err)
 	}
-	d, _ := tokens.Settle(ctx, sel.Decision, route.Attrs, cost)
+	d, _ := tokens.Settle(ctx, sel.Decision.Ticket(), route.Attrs, cost)
 	fmt.Printf("cost %d; tokens left %d\n", cost, d.Remaining)
 	p, _ := route.Limiter.Peek(ctx, route.Attrs, 1)
 	for _, r := range p.Rules() {

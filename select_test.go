@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,6 +106,7 @@ func runGateway(t *testing.T, newStore newStoreFunc) {
 	t.Run("SelectSkipsCappedRoute", func(t *testing.T) { testSelectSkipsCapped(t, newStore) })
 	t.Run("SelectAllCapped", func(t *testing.T) { testSelectAllCapped(t, newStore) })
 	t.Run("SelectFailover", func(t *testing.T) { testSelectFailover(t, newStore) })
+	t.Run("SelectConcurrent", func(t *testing.T) { testSelectConcurrent(t, newStore) })
 	t.Run("SelectStoreFailure", func(t *testing.T) { testSelectStoreFailure(t, newStore) })
 	t.Run("WeightedTokens", func(t *testing.T) { testWeightedTokens(t, newStore) })
 	t.Run("CacheHit", func(t *testing.T) { testCacheHit(t, newStore) })
@@ -198,6 +200,36 @@ func testSelectAllCapped(t *testing.T, newStore newStoreFunc) {
 	g.clock.Advance(time.Microsecond)
 	if sel := floodgate.Select(g.ctx, routes); !sel.Allowed || sel.Name != "a" {
 		t.Fatalf("at the retry-after: %+v, want a", sel)
+	}
+}
+
+func testSelectConcurrent(t *testing.T, newStore newStoreFunc) {
+	g := newGW(t, newStore, gwStart)
+	routes := []floodgate.Candidate{g.route("a", 5, 1000), g.route("b", 7, 1000)}
+	const callers = 40
+	results := make(chan floodgate.Selection, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results <- floodgate.Select(g.ctx, routes)
+		}()
+	}
+	wg.Wait()
+	close(results)
+	served := map[string]int{}
+	for sel := range results {
+		if sel.Allowed {
+			served[sel.Name]++
+		} else if sel.RetryAfter != time.Minute {
+			t.Errorf("denied with retry-after %v, want 1m", sel.RetryAfter)
+		}
+	}
+	// Each route admits exactly its cap: the check and the count of one
+	// candidate are one atomic step.
+	if served["a"] != 5 || served["b"] != 7 {
+		t.Errorf("served %v, want a:5 b:7", served)
 	}
 }
 

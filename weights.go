@@ -86,28 +86,26 @@ func (l *Limiter) Only(rules ...string) (*Limiter, error) {
 	return sub, nil
 }
 
-// Settle records cost, the actual usage of work that admitted admitted, into
-// l's rules for attrs, taking account of the units the admission already
-// charged to them.
+// Settle records cost, the actual usage of work admitted under ticket t,
+// into l's rules for attrs, less what that admission already charged them.
 //
 // The pattern it serves: a route's limiter holds a requests-per-minute rule
 // and a tokens-per-minute rule; choosing the route is one AllowN(1), which
 // checks that both have room and charges 1 to both. The tokens are known
 // only after the response; l (made with Only) holds the token rules, and
-// Settle records cost−1 into them, so that they end up charged exactly cost.
-// A cost below what the admission charged refunds the admission's charge to
-// l's rules (and only those) and records cost instead; the admission's
-// ticket is then spent.
+// Settle with the admission's ticket records cost−1 into them, so that they
+// end up charged exactly cost. A cost below what the admission charged
+// refunds the admission's charge to l's rules (and only those) and records
+// cost instead; the ticket is then spent.
 //
-// When admitted charged none of l's rules (it was denied, admitted by a
-// failed store under FailOpen, or came from another limiter; pass the zero
-// Decision when there was no admission), Settle is Record(cost).
-func (l *Limiter) Settle(ctx context.Context, admitted Decision, attrs Attributes, cost int64) (Decision, error) {
+// When t charged none of l's rules (the zero Ticket, a ticket of another
+// limiter, or an admission by a failed store under FailOpen), Settle is
+// Record(cost).
+func (l *Limiter) Settle(ctx context.Context, t Ticket, attrs Attributes, cost int64) (Decision, error) {
 	if cost < 0 {
 		return Decision{}, sprintfErr("floodgate: limiter %q: settled cost %d must not be negative", l.name, cost)
 	}
 	var deposit int64
-	t := admitted.Ticket()
 	if t.Limiter == l.name {
 		for _, e := range t.Entries {
 			if l.byName[e.Rule] != nil {

@@ -1,6 +1,7 @@
 package floodgate_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -101,11 +102,11 @@ func testWeightedTokens(t *testing.T, newStore newStoreFunc) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := keyTokens.Settle(g.ctx, kd, alice, cost)
+		d, err := keyTokens.Settle(g.ctx, kd.Ticket(), alice, cost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := routeTokens.Settle(g.ctx, sel.Decision, route.Attrs, cost); err != nil {
+		if _, err := routeTokens.Settle(g.ctx, sel.Decision.Ticket(), route.Attrs, cost); err != nil {
 			t.Fatal(err)
 		}
 		return d
@@ -154,7 +155,7 @@ func testCacheHit(t *testing.T, newStore newStoreFunc) {
 	// route is selected, so no route counter moves.
 	kd := keys.Allow(g.ctx, bob)
 	cost, _ := tokenWeights.Cost(floodgate.Usage{"input": 2, "output": 3})
-	if _, err := keyTokens.Settle(g.ctx, kd, bob, cost); err != nil {
+	if _, err := keyTokens.Settle(g.ctx, kd.Ticket(), bob, cost); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, bob, map[string]int64{"key-rpm": 99, "key-tpm": 39})
@@ -169,13 +170,13 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 	// An admission that used no tokens (the upstream failed): the unit the
 	// admission charged to key-tpm goes back; key-rpm keeps its count.
 	kd := keys.Allow(g.ctx, carol)
-	if _, err := keyTokens.Settle(g.ctx, kd, carol, 0); err != nil {
+	if _, err := keyTokens.Settle(g.ctx, kd.Ticket(), carol, 0); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 99, "key-tpm": 50})
 
-	// Without an admission, Settle records the whole cost.
-	if _, err := keyTokens.Settle(g.ctx, floodgate.Decision{}, carol, 7); err != nil {
+	// Without an admission ticket, Settle records the whole cost.
+	if _, err := keyTokens.Settle(g.ctx, floodgate.Ticket{}, carol, 7); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 99, "key-tpm": 43})
@@ -183,12 +184,47 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 	// A decision of another limiter charged none of these rules.
 	other := g.route("x", 10, 10)
 	sel := floodgate.Select(g.ctx, []floodgate.Candidate{other})
-	if _, err := keyTokens.Settle(g.ctx, sel.Decision, carol, 3); err != nil {
+	if _, err := keyTokens.Settle(g.ctx, sel.Decision.Ticket(), carol, 3); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-tpm": 40})
 
-	if _, err := keyTokens.Settle(g.ctx, kd, carol, -1); err == nil {
+	// A ticket that went through the service's encoding settles the same.
+	kd = keys.Allow(g.ctx, carol)
+	b, _ := kd.Ticket().MarshalBinary()
+	var decoded floodgate.Ticket
+	if err := decoded.UnmarshalBinary(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keyTokens.Settle(g.ctx, decoded, carol, 5); err != nil {
+		t.Fatal(err)
+	}
+	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 98, "key-tpm": 35})
+
+	if _, err := keyTokens.Settle(g.ctx, kd.Ticket(), carol, -1); err == nil {
 		t.Error("a negative settled cost was accepted")
 	}
+}
+
+// An admission decided by a failed store under FailOpen charged nothing, so
+// Settle records the whole cost.
+func TestSettleAfterFailOpen(t *testing.T) {
+	g := newGW(t, memoryStore, gwStart)
+	down := floodgate.Store(downStore{})
+	l, err := floodgate.New("keys", down, []floodgate.Rule{perMinute("key-rpm", 10, "key"), perMinute("key-tpm", 50, "key")},
+		&floodgate.Options{Clock: g.clock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd := l.Allow(g.ctx, floodgate.Attributes{"key": "dave"})
+	if !kd.Allowed || kd.Reason != floodgate.ReasonStore || kd.Ticket().Valid() {
+		t.Fatalf("fail-open admission: %+v", kd)
+	}
+	// The same rules over a working store: the whole cost lands.
+	healthy := g.limiter("keys", floodgate.FailOpen, perMinute("key-rpm", 10, "key"), perMinute("key-tpm", 50, "key"))
+	tokens, _ := healthy.Only("key-tpm")
+	if _, err := tokens.Settle(g.ctx, kd.Ticket(), floodgate.Attributes{"key": "dave"}, 11); err != nil {
+		t.Fatal(err)
+	}
+	g.wantLeft(healthy, floodgate.Attributes{"key": "dave"}, map[string]int64{"key-rpm": 10, "key-tpm": 39})
 }

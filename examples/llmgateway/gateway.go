@@ -199,9 +199,9 @@ func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadGateway, "Bad upstream answer", err.Error(), 0)
 		return
 	}
-	td, _ := g.keyTokens.Settle(ctx, kd, keyAttrs, cost)
+	td, _ := g.keyTokens.Settle(ctx, kd.Ticket(), keyAttrs, cost)
 	if served != nil {
-		served.tokens.Settle(ctx, sel.Decision, served.cand.Attrs, cost)
+		served.tokens.Settle(ctx, sel.Decision.Ticket(), served.cand.Attrs, cost)
 	}
 	bd, _ := g.budget.Record(ctx, keyAttrs, cost)
 	out.Text, out.Usage, out.Cost = resp.Text, resp.Usage, cost
