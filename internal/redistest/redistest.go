@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -152,8 +153,24 @@ func (s *Server) Kill() {
 	if cmd == nil {
 		return
 	}
+	cmd.Process.Signal(syscall.SIGCONT)
 	cmd.Process.Kill()
 	<-done
+}
+
+// Pause stops the process (SIGSTOP) without closing its connections: a hung
+// server. Resume continues it.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	}
 }
 
 // Restart starts the server again on the same port, empty (no persistence,

@@ -108,7 +108,7 @@ func TestMatchesMemory(t *testing.T) {
 				for j, n := 0, 1+rng.IntN(3); j < n; j++ {
 					si := rng.IntN(len(shapes))
 					b.Ops = append(b.Ops, floodgate.Op{
-						Scope:  fmt.Sprintf("l/r%d", si),
+						Scope:  fmt.Sprintf("l%d/r%d", seed, si),
 						Key:    fmt.Sprintf("k%d", rng.IntN(3)),
 						Params: shapes[si],
 						Shadow: rng.IntN(6) == 0,

@@ -5,9 +5,9 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"strconv"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/algo"
 )
 
 //go:embed scripts/apply.lua
@@ -51,17 +51,10 @@ func calendar(p *floodgate.Params) bool {
 }
 
 // calWindow returns the calendar window [start, end) holding t (µs), as
-// algo computes it.
+// algo computes it: the script cannot read time zones.
 func calWindow(p *floodgate.Params, t int64) (start, end int64) {
-	loc := p.Location
-	if loc == nil {
-		loc = time.UTC
-	}
-	y, m, d := time.UnixMicro(t).In(loc).Date()
-	if p.Align == floodgate.AlignDay {
-		return time.Date(y, m, d, 0, 0, 0, 0, loc).UnixMicro(), time.Date(y, m, d+1, 0, 0, 0, 0, loc).UnixMicro()
-	}
-	return time.Date(y, m, 1, 0, 0, 0, 0, loc).UnixMicro(), time.Date(y, m+1, 1, 0, 0, 0, 0, loc).UnixMicro()
+	ap := algo.Params{Kind: algo.FixedWindow, Align: algo.Align(p.Align), Loc: p.Location}
+	return algo.WindowAt(&ap, t)
 }
 
 // calBounds returns the boundaries of the calendar windows before, at and

@@ -209,6 +209,22 @@ func unreachable(err error) bool {
 	return true
 }
 
+// retryable reports whether a call that failed with err is sent once more:
+// a connection error while ctx still has time. A connection the server
+// closed (a restart, a failover) is found dead only when next written to,
+// so the first call on each one fails. The call may have run before the
+// connection broke; running it again then charges twice, which is stricter,
+// never looser, for every mode but compensate (whose second run would give
+// back twice), and a refund's spent-ticket record makes its second run a
+// no-op.
+func retryable(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var se *serverError
+	return !errors.As(err, &se)
+}
+
 // group is the ops of a batch that share a slot, with their script call.
 type group struct {
 	idx []int
@@ -288,8 +304,11 @@ func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, mode 
 	s.run.run(ctx, calls)
 	var again []*call
 	for i, g := range gs {
-		if g.c.err == nil && len(g.c.reply) >= 2 && g.c.reply[0] == -1 {
+		switch {
+		case g.c.err == nil && len(g.c.reply) >= 2 && g.c.reply[0] == -1:
 			s.build(&g.c, b, g.idx, mode, now, g.c.reply[1], stamps)
+			again = append(again, calls[i])
+		case mode != modeCompensate && retryable(ctx, g.c.err):
 			again = append(again, calls[i])
 		}
 	}

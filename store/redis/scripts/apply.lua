@@ -156,6 +156,22 @@ local function hmget(key, fields)
   return out
 end
 
+-- unheld lowers a concurrency key's slots held by the leases just removed.
+-- A sum that saturated at MAX cannot be kept by subtraction: it is then
+-- summed again from the leases left.
+local function unheld(op, removed)
+  if op.a < MAX then
+    op.a = op.a - removed
+    return
+  end
+  local all = redis.call('HGETALL', op.key)
+  local sum = 0
+  for j = 1, #all, 2 do
+    if all[j] ~= 'n' then sum = addc(sum, tonumber(all[j + 1])) end
+  end
+  op.a = sum
+end
+
 -- Windows -----------------------------------------------------------------
 
 local function window(op)
@@ -230,18 +246,25 @@ local function normalize(op)
     local q = fdiv(acc, w)
     op.a, op.b = op.a + q, acc - q * w
   elseif k == 4 then
+    -- c is the limit the fraction b was counted under: under another
+    -- limit the arrival time is rounded up to a whole µs.
     if not op.live or op.a < now then
       op.a, op.b, op.live, op.dirty = now, 0, true, true
+    elseif op.c ~= op.limit and op.b ~= 0 then
+      op.a, op.b, op.dirty = op.a + 1, 0, true
     end
+    if op.c ~= op.limit then op.c, op.dirty = op.limit, true end
   else
     local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', num(now))
     if #ids > 0 then
       local ns = hmget(op.key, ids)
-      for j = 1, #ns do op.a = op.a - ns[j] end
+      local removed = 0
+      for j = 1, #ns do removed = removed + ns[j] end
       redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', num(now))
       for s = 1, #ids, 1000 do
         redis.call('HDEL', op.key, unpack(ids, s, math.min(s + 999, #ids)))
       end
+      unheld(op, removed)
       op.dirty = true
     end
   end
@@ -254,6 +277,10 @@ local function gcradebt(op)
   if op.a < now then return 0 end
   return (op.a - now) * op.limit + op.b
 end
+
+-- bucketlag is how far the clock stepped back behind a token bucket's last
+-- refill: refilling resumes only once now passes it again.
+local function bucketlag(op) return math.max(0, op.c - now) end
 
 local function check(op, n)
   local k = op.kind
@@ -275,7 +302,7 @@ local function check(op, n)
   elseif k == 3 then
     if n > op.burst then return false, true, 0 end
     if op.a >= n then return true, false, 0 end
-    return false, false, ceildiv((n - op.a) * op.window - op.b, op.limit)
+    return false, false, bucketlag(op) + ceildiv((n - op.a) * op.window - op.b, op.limit)
   elseif k == 4 then
     if n > op.burst then return false, true, 0 end
     local over = gcradebt(op) + n * op.window - op.burst * op.window
@@ -284,21 +311,27 @@ local function check(op, n)
   else
     if n > op.limit then return false, true, 0 end
     if op.a + n <= op.limit then return true, false, 0 end
-    local v = redis.call('ZRANGE', op.lkey, 0, -1, 'WITHSCORES')
-    local ids = {}
-    for j = 1, #v, 2 do ids[#ids + 1] = v[j] end
-    local ns = hmget(op.key, ids)
-    local used = op.a
-    for j = 1, #ids do
-      used = used - ns[j]
-      if used + n <= op.limit then return false, false, tonumber(v[2 * j]) - now end
+    -- Walk the leases from the earliest expiry, in growing chunks, until
+    -- enough have lapsed.
+    local used, from, size = op.a, 0, 16
+    while true do
+      local v = redis.call('ZRANGE', op.lkey, from, from + size - 1, 'WITHSCORES')
+      if #v == 0 then return false, false, 0 end
+      local ids = {}
+      for j = 1, #v, 2 do ids[#ids + 1] = v[j] end
+      local ns = hmget(op.key, ids)
+      for j = 1, #ids do
+        used = used - ns[j]
+        if used + n <= op.limit then return false, false, tonumber(v[2 * j]) - now end
+      end
+      from, size = from + size, size * 4
     end
-    return false, false, 0
   end
 end
 
 local function take(op, n)
   local k = op.kind
+  n = math.min(n, MAX) -- a larger charge means the same
   op.dirty = true
   if k == 1 then
     op.b = addc(op.b, n)
@@ -312,10 +345,13 @@ local function take(op, n)
     op.a = op.a - n
     local lowest = op.burst - fdiv(MAX, op.window)
     if op.a < lowest then op.a = lowest end
+    return now
   elseif k == 4 then
-    local d = math.min(gcradebt(op) + n * op.window, MAX + op.burst * op.window)
+    local m = math.min(n, fdiv(MAX, op.window) + op.burst)
+    local d = math.min(gcradebt(op) + m * op.window, MAX + op.burst * op.window)
     local q = fdiv(d, op.limit)
     op.a, op.b = now + q, d - q * op.limit
+    return now
   else
     redis.call('ZADD', op.lkey, num(now + op.window), ticket)
     redis.call('HSET', op.key, ticket, num(n))
@@ -338,19 +374,21 @@ local function give(op, n, stamp)
       op.b = op.b - d
     end
   elseif k == 3 then
+    if now - stamp >= op.window then return end
     op.a = op.a + n
     if op.a >= op.burst then op.a, op.b = op.burst, 0 end
     op.dirty = true
   elseif k == 4 then
+    if now - stamp >= op.window then return end
     local d = math.max(0, gcradebt(op) - n * op.window)
     local q = fdiv(d, op.limit)
     op.a, op.b, op.dirty = now + q, d - q * op.limit, true
   else
     local held = redis.call('HGET', op.key, ticket)
     if held then
-      op.a = op.a - tonumber(held)
       redis.call('ZREM', op.lkey, ticket)
       redis.call('HDEL', op.key, ticket)
+      unheld(op, tonumber(held))
       op.dirty = true
     end
   end
@@ -372,7 +410,7 @@ local function status(op)
   elseif k == 3 then
     local rem = math.min(math.max(0, op.a), op.burst)
     if op.a >= op.burst then return rem, 0 end
-    return rem, ceildiv((op.burst - op.a) * op.window - op.b, op.limit)
+    return rem, bucketlag(op) + ceildiv((op.burst - op.a) * op.window - op.b, op.limit)
   elseif k == 4 then
     local d = gcradebt(op)
     local x = op.burst * op.window - d

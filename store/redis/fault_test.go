@@ -1,0 +1,272 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store/redis"
+)
+
+// faultMargin is how much longer than its deadline a decision may take on a
+// loaded test machine (the race detector, other tests on two cores).
+const faultMargin = 150 * time.Millisecond
+
+// load runs decisions on distinct keys from a few goroutines until stop is
+// called, and checks each one's latency and outcome.
+type load struct {
+	t        *testing.T
+	lim      *floodgate.Limiter
+	deadline time.Duration
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	slowest   atomic.Int64 // ns
+	decisions atomic.Int64
+	failures  atomic.Int64 // decided by the failure policy
+	wrong     atomic.Int64 // store failures that admitted (the policy is closed)
+}
+
+func startLoad(t *testing.T, lim *floodgate.Limiter, deadline time.Duration, workers int) *load {
+	l := &load{t: t, lim: lim, deadline: deadline, stop: make(chan struct{})}
+	for w := range workers {
+		l.wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				start := time.Now()
+				d := lim.Allow(context.Background(), floodgate.Attributes{"user": fmt.Sprint(w, "-", i%50)})
+				el := time.Since(start)
+				for {
+					s := l.slowest.Load()
+					if int64(el) <= s || l.slowest.CompareAndSwap(s, int64(el)) {
+						break
+					}
+				}
+				l.decisions.Add(1)
+				if d.Reason == floodgate.ReasonStore {
+					l.failures.Add(1)
+					if d.Allowed {
+						l.wrong.Add(1)
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	return l
+}
+
+// snapshot returns and resets the slowest latency and the counters.
+func (l *load) snapshot() (slowest time.Duration, decisions, failures, wrong int64) {
+	return time.Duration(l.slowest.Swap(0)), l.decisions.Swap(0), l.failures.Swap(0), l.wrong.Swap(0)
+}
+
+func (l *load) halt() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// waitGoroutines waits for the goroutine count to come back to at most n.
+func waitGoroutines(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("goroutines: %d, want at most %d\n%s", runtime.NumGoroutine(), n, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedisFaults hangs Redis, kills it and restarts it empty under load.
+// Every decision returns within the deadline and a margin, store failures
+// follow the closed policy, the breaker opens, and enforcement resumes on
+// its own within a second of the restart. No goroutines are left behind.
+func TestRedisFaults(t *testing.T) {
+	base := runtime.NumGoroutine()
+	srv := redistest.Start(t)
+	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 50 * time.Millisecond
+	opts := &floodgate.Options{Timeout: deadline, FailurePolicy: floodgate.FailClosed,
+		Breaker: floodgate.BreakerOptions{Failures: 5, Cooldown: 200 * time.Millisecond}}
+	rules := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1_000_000, Window: time.Hour, Key: []string{"user"}}}
+	lim, err := floodgate.New("faults", store, rules, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict, err := floodgate.New("strict", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := startLoad(t, lim, deadline, 8)
+	defer l.halt()
+
+	check := func(phase string, wantFailures bool) {
+		t.Helper()
+		slowest, n, failures, wrong := l.snapshot()
+		t.Logf("%s: %d decisions, %d by policy, slowest %v", phase, n, failures, slowest)
+		if slowest > deadline+faultMargin {
+			t.Errorf("%s: slowest decision took %v, over %v", phase, slowest, deadline+faultMargin)
+		}
+		if wrong > 0 {
+			t.Errorf("%s: %d store failures admitted under the closed policy", phase, wrong)
+		}
+		if wantFailures != (failures > 0) || n == 0 {
+			t.Errorf("%s: %d of %d decisions by policy", phase, failures, n)
+		}
+	}
+	waitBreaker := func(phase string, want floodgate.BreakerState) {
+		t.Helper()
+		for end := time.Now().Add(2 * time.Second); lim.Breaker() != want; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: breaker %v, want %v", phase, lim.Breaker(), want)
+			}
+		}
+	}
+
+	time.Sleep(300 * time.Millisecond)
+	check("healthy", false)
+
+	srv.Pause()
+	waitBreaker("hung", floodgate.BreakerOpen)
+	time.Sleep(500 * time.Millisecond)
+	check("hung", true)
+	srv.Resume()
+	time.Sleep(500 * time.Millisecond)
+	waitBreaker("resumed", floodgate.BreakerClosed)
+	l.snapshot()
+
+	srv.Kill()
+	waitBreaker("killed", floodgate.BreakerOpen)
+	time.Sleep(500 * time.Millisecond)
+	check("killed", true)
+
+	srv.Restart()
+	restarted := time.Now()
+	for {
+		d := strict.Allow(context.Background(), nil)
+		if d.Reason != floodgate.ReasonStore {
+			if !d.Allowed {
+				t.Fatalf("first decision after restart denied: %+v", d)
+			}
+			break
+		}
+		if time.Since(restarted) > time.Second {
+			t.Fatalf("enforcement did not resume within 1s of the restart: %v", d.Err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("enforcement resumed %v after the restart", time.Since(restarted))
+	for i := 1; i < 7; i++ {
+		d := strict.Allow(context.Background(), nil)
+		if d.Reason == floodgate.ReasonStore || d.Allowed != (i < 5) {
+			t.Fatalf("decision %d after restart: allowed=%v reason=%v, want allowed=%v", i+1, d.Allowed, d.Reason, i < 5)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.snapshot()
+	time.Sleep(300 * time.Millisecond)
+	check("restarted", false)
+
+	l.halt()
+	l.stop = make(chan struct{}) // the deferred halt finds nothing to stop
+	store.Close()
+	srv.Kill()
+	waitGoroutines(t, base+2)
+}
+
+// TestClusterNodeKilled kills one master of a Cluster: decisions whose keys
+// live on the other masters keep working.
+func TestClusterNodeKilled(t *testing.T) {
+	base := runtime.NumGoroutine()
+	cl := redistest.StartCluster(t)
+	store, err := redis.New(&redis.Options{Cluster: cl.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &floodgate.Options{Timeout: 500 * time.Millisecond, FailurePolicy: floodgate.FailClosed,
+		Breaker: floodgate.BreakerOptions{Failures: -1}}
+	lim, err := floodgate.New("nodes", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := cl.Nodes[0]
+	owner := slotOwners(t, cl.Nodes[1])
+	users := make([]string, 40)
+	onVictim := make([]bool, len(users))
+	for i := range users {
+		users[i] = fmt.Sprint("user", i)
+		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{nodes/r:"+users[i]+"}:f"))
+		onVictim[i] = owner[slot] == victim.Addr
+	}
+	ctx := context.Background()
+	for _, u := range users {
+		if d := lim.Allow(ctx, floodgate.Attributes{"user": u}); !d.Allowed {
+			t.Fatalf("before the kill: %+v", d)
+		}
+	}
+	victim.Kill()
+	var live, dead int
+	for i, u := range users {
+		d := lim.Allow(ctx, floodgate.Attributes{"user": u})
+		if onVictim[i] {
+			dead++
+			if d.Reason != floodgate.ReasonStore || d.Allowed {
+				t.Errorf("key on the killed node: allowed=%v reason=%v, want a closed store failure", d.Allowed, d.Reason)
+			}
+			continue
+		}
+		live++
+		if d.Reason == floodgate.ReasonStore || !d.Allowed || d.Remaining != 1 {
+			t.Errorf("key on a live node: allowed=%v reason=%v remaining=%d err=%v", d.Allowed, d.Reason, d.Remaining, d.Err)
+		}
+	}
+	if live == 0 || dead == 0 {
+		t.Fatalf("keys on live nodes %d, on the killed node %d: want some of each", live, dead)
+	}
+	store.Close()
+	for _, n := range cl.Nodes {
+		n.Kill()
+	}
+	waitGoroutines(t, base+2)
+}
+
+// slotOwners maps each slot to its master's address, from CLUSTER NODES.
+func slotOwners(t *testing.T, n *redistest.Server) map[int]string {
+	out := map[int]string{}
+	for _, line := range strings.Split(n.MustDo("CLUSTER", "NODES"), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.Contains(f[2], "master") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		for _, r := range f[8:] {
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
+			}
+			a, _ := strconv.Atoi(lo)
+			b, _ := strconv.Atoi(hi)
+			for s := a; s <= b; s++ {
+				out[s] = addr
+			}
+		}
+	}
+	return out
+}
