@@ -117,6 +117,14 @@ type Options struct {
 	// OmitQuotaMetadata leaves "ratelimit-policy" and "ratelimit" out of
 	// the metadata.
 	OmitQuotaMetadata bool
+	// Count selects which admitted calls keep their charge, as in
+	// httplimit: httplimit.CountAll (the default), CountFailures (a login
+	// method that counts failed attempts only) or CountSuccesses; the
+	// others are refunded when the handler returns.
+	Count httplimit.Count
+	// Failed classifies a handler's error for Count; nil means any non-nil
+	// error is a failure.
+	Failed func(err error) bool
 }
 
 // Interceptor limits gRPC calls with a floodgate.Limiter. It is safe for
@@ -127,6 +135,8 @@ type Interceptor struct {
 	quota   *httplimit.Quota
 	noQuota bool
 	leases  map[string]bool
+	count   httplimit.Count
+	failed  func(error) bool
 	pool    sync.Pool
 }
 
@@ -145,7 +155,16 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	in := &Interceptor{limiter: l, quota: httplimit.NewQuota(l), noQuota: opts.OmitQuotaMetadata, leases: map[string]bool{}}
+	in := &Interceptor{
+		limiter: l, quota: httplimit.NewQuota(l), noQuota: opts.OmitQuotaMetadata,
+		leases: map[string]bool{}, count: opts.Count, failed: opts.Failed,
+	}
+	if in.count > httplimit.CountSuccesses {
+		return nil, fmt.Errorf("grpclimit: limiter %q: unknown Count %d", l.Name(), in.count)
+	}
+	if in.failed == nil {
+		in.failed = func(err error) bool { return err != nil }
+	}
 	for name, f := range opts.Attributes {
 		if name == "" || f == nil {
 			return nil, fmt.Errorf("grpclimit: limiter %q: attribute %q needs a name and a KeyFunc", l.Name(), name)
@@ -176,8 +195,11 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		defer release()
-		return handler(ctx, req)
+		herr := errPanicked
+		defer func() { release(herr) }()
+		resp, err := handler(ctx, req)
+		herr = err
+		return resp, err
 	}
 }
 
@@ -189,16 +211,22 @@ func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		defer release()
-		return handler(srv, ss)
+		herr := errPanicked
+		defer func() { release(herr) }()
+		err = handler(srv, ss)
+		herr = err
+		return err
 	}
 }
 
-func noop() {}
+func noop(error) {}
+
+// errPanicked is what release sees when the handler panicked: a failure.
+var errPanicked = errors.New("grpclimit: handler panicked")
 
 // admit decides the call. It returns the status error of a refused call, or
-// the function to run when the admitted call ends.
-func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (func(), error) {
+// the function to run with the handler's error when the admitted call ends.
+func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (func(error), error) {
 	attrs := in.pool.Get().(floodgate.Attributes)
 	for _, a := range in.attrs {
 		if v := a.f(ctx, method); v != "" {
@@ -229,8 +257,21 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 		if md != nil {
 			setHeader(md)
 		}
+		if in.count != httplimit.CountAll {
+			t := d.Ticket()
+			leases := in.leaseTicket(&d)
+			return func(err error) {
+				refund := leases
+				if in.failed(err) == (in.count == httplimit.CountSuccesses) {
+					refund = t // the whole charge comes back
+				}
+				if refund.Valid() {
+					in.limiter.Refund(context.WithoutCancel(ctx), refund)
+				}
+			}, nil
+		}
 		if t := in.leaseTicket(&d); t.Valid() {
-			return func() { in.limiter.Refund(context.WithoutCancel(ctx), t) }, nil
+			return func(error) { in.limiter.Refund(context.WithoutCancel(ctx), t) }, nil
 		}
 		return noop, nil
 	}

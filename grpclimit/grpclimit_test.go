@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -271,5 +272,53 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": nil}}); err == nil {
 		t.Error("nil KeyFunc accepted")
+	}
+}
+
+// failingHealth fails Check for the service name "bad".
+type failingHealth struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (failingHealth) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if req.Service == "bad" {
+		return nil, status.Error(codes.PermissionDenied, "wrong credentials")
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func TestCountFailuresOnly(t *testing.T) {
+	lim, _, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "failures", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"ip"}},
+	})
+	in := mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, Count: httplimit.CountFailures})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()))
+	healthpb.RegisterHealthServer(srv, failingHealth{})
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	call := func(service string) codes.Code {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: service})
+		return status.Code(err)
+	}
+	for range 5 {
+		if c := call("good"); c != codes.OK {
+			t.Fatalf("good call: %v", c)
+		}
+	}
+	if a, b := call("bad"), call("bad"); a != codes.PermissionDenied || b != codes.PermissionDenied {
+		t.Fatalf("bad calls: %v %v", a, b)
+	}
+	if c := call("good"); c != codes.ResourceExhausted {
+		t.Fatalf("after 2 failures: %v, want ResourceExhausted", c)
 	}
 }

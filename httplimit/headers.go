@@ -236,9 +236,14 @@ func writeDenied(w http.ResponseWriter, d *floodgate.Decision) {
 	if d.Never {
 		b = append(b, `"the request costs more than the limit can ever admit"`...)
 	} else {
+		secs := ceilSeconds(d.RetryAfter)
 		b = append(b, `"rate limit exceeded; retry after `...)
-		b = strconv.AppendInt(b, ceilSeconds(d.RetryAfter), 10)
-		b = append(b, ` seconds"`...)
+		b = strconv.AppendInt(b, secs, 10)
+		if secs == 1 {
+			b = append(b, ` second"`...)
+		} else {
+			b = append(b, ` seconds"`...)
+		}
 	}
 	b = append(b, `,"violated-policies":[`...)
 	n := 0
