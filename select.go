@@ -144,7 +144,11 @@ func (s *Selector) Result() Selection {
 		}
 		never = false
 	}
-	sel.Never = sel.Capped > 0 && never
+	if sel.Allowed {
+		sel.RetryAfter = 0 // nothing to wait for
+	} else {
+		sel.Never = sel.Capped > 0 && never
+	}
 	return sel
 }
 
@@ -165,8 +169,9 @@ type Selection struct {
 	// RetryAfter, when no candidate is admitted, is the earliest
 	// retry-after among the capped candidates: the time until the first of
 	// them would admit this request again, absent other traffic. It is 0
-	// when none was capped (every candidate failed upstream) or when Never
-	// is set.
+	// when a candidate is admitted, when none was capped (every candidate
+	// failed upstream) and when Never is set. Each capped candidate's own
+	// wait is in its Attempt's Decision.
 	RetryAfter time.Duration
 	// Never reports that every capped candidate refused a cost larger than
 	// it can ever admit.

@@ -146,6 +146,9 @@ func testSelectSkipsCapped(t *testing.T, newStore newStoreFunc) {
 	if caps := sel.Attempts[0].Caps; !slices.Equal(caps, []string{"rpm"}) {
 		t.Errorf("a's caps hit %v, want [rpm]", caps)
 	}
+	if sel.RetryAfter != 0 || sel.Attempts[0].Decision.RetryAfter != 56*time.Second {
+		t.Errorf("admitted: retry-after %v (a's own %v), want 0 (56s)", sel.RetryAfter, sel.Attempts[0].Decision.RetryAfter)
+	}
 	g.wantLeft(a.Limiter, a.Attrs, map[string]int64{"rpm": 0, "tpm": 998})
 	g.wantLeft(b.Limiter, b.Attrs, map[string]int64{"rpm": 2, "tpm": 997})
 }
