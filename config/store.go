@@ -1,0 +1,218 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func (d *decoder) breaker(n *yaml.Node, path string, b *floodgate.BreakerOptions) {
+	f := d.mapping(n, path, "failures", "cooldown", "disabled")
+	if f == nil {
+		return
+	}
+	if v := f["failures"]; v != nil {
+		if i, ok := d.integer(v, path+".failures"); ok {
+			if i < 1 || i > 1_000_000 {
+				d.errorf(v, path+".failures", "must be between 1 and 1000000, got %d", i)
+			} else {
+				b.Failures = int(i)
+			}
+		}
+	}
+	if v := f["cooldown"]; v != nil {
+		if c, ok := d.positive(v, path+".cooldown"); ok {
+			b.Cooldown = c
+		}
+	}
+	if v := f["disabled"]; v != nil {
+		if off, ok := d.boolean(v, path+".disabled"); ok && off {
+			b.Failures = -1
+		}
+	}
+}
+
+func (d *decoder) store(n *yaml.Node, path string, s *Store) {
+	f := d.mapping(n, path, "memory", "redis")
+	if f == nil {
+		return
+	}
+	if f["memory"] != nil && f["redis"] != nil {
+		d.errorf(f["redis"], path+".redis", "set either memory or redis, not both")
+		return
+	}
+	if v := f["memory"]; v != nil {
+		p := path + ".memory"
+		m := d.mapping(v, p, "max_keys")
+		if v := m["max_keys"]; v != nil {
+			if k, ok := d.integer(v, p+".max_keys"); ok {
+				if k < 1 || k > 1<<40 {
+					d.errorf(v, p+".max_keys", "must be at least 1, got %d", k)
+				} else {
+					s.Memory.MaxKeys = int(k)
+				}
+			}
+		}
+	}
+	if v := f["redis"]; v != nil {
+		s.Memory = nil
+		s.Redis = d.redis(v, path+".redis")
+	}
+}
+
+func (d *decoder) redis(n *yaml.Node, path string) *Redis {
+	r := &Redis{Deadline: floodgate.DefaultTimeout, KeyPrefix: "fg:"}
+	f := d.mapping(n, path, "url", "cluster", "sentinel", "username", "password", "db", "deadline",
+		"key_prefix", "deny_cache_size", "fallback")
+	if f == nil {
+		return r
+	}
+	var modes []string
+	for _, k := range []string{"url", "cluster", "sentinel"} {
+		if f[k] != nil {
+			modes = append(modes, k)
+		}
+	}
+	switch {
+	case len(modes) == 0:
+		d.errorf(n, path, "set one of url, cluster or sentinel")
+	case len(modes) > 1:
+		d.errorf(f[modes[1]], join(path, modes[1]), "set only one of url, cluster or sentinel (%s is set too)", modes[0])
+	}
+	if v := f["url"]; v != nil {
+		p := path + ".url"
+		if s, ok := d.str(v, p); ok {
+			u, err := url.Parse(s)
+			switch {
+			case err != nil:
+				d.errorf(v, p, "%v", err)
+			case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix":
+				d.errorf(v, p, "must start with redis://, rediss:// or unix://, got %q", s)
+			default:
+				r.URL = s
+			}
+		}
+	}
+	if v := f["cluster"]; v != nil {
+		r.Cluster = d.addrs(v, path+".cluster")
+	}
+	if v := f["sentinel"]; v != nil {
+		p := path + ".sentinel"
+		s := &Sentinel{}
+		sf := d.mapping(v, p, "master", "addrs", "password")
+		if sf != nil {
+			if m := sf["master"]; m != nil {
+				s.Master, _ = d.str(m, p+".master")
+			} else {
+				d.errorf(v, p+".master", "must be set")
+			}
+			if a := sf["addrs"]; a != nil {
+				s.Addrs = d.addrs(a, p+".addrs")
+			} else {
+				d.errorf(v, p+".addrs", "must list at least one sentinel")
+			}
+			if pw := sf["password"]; pw != nil {
+				s.Password, _ = d.str(pw, p+".password")
+			}
+		}
+		r.Sentinel = s
+	}
+	if v := f["username"]; v != nil {
+		r.Username, _ = d.str(v, path+".username")
+	}
+	if v := f["password"]; v != nil {
+		r.Password, _ = d.str(v, path+".password")
+	}
+	if v := f["deadline"]; v != nil {
+		if t, ok := d.positive(v, path+".deadline"); ok {
+			r.Deadline = t
+		}
+	}
+	if v := f["key_prefix"]; v != nil {
+		p := path + ".key_prefix"
+		if s, ok := d.str(v, p); ok {
+			if strings.ContainsAny(s, "{}") {
+				d.errorf(v, p, "must not contain '{' or '}' (keys carry their own hash tags)")
+			}
+			r.KeyPrefix = s
+		}
+	}
+	if v := f["db"]; v != nil {
+		if db, ok := d.integer(v, path+".db"); ok {
+			if db < 0 || db > 1<<20 {
+				d.errorf(v, path+".db", "must be a database number, got %d", db)
+			} else {
+				r.DB = int(db)
+			}
+		}
+	}
+	if v := f["deny_cache_size"]; v != nil {
+		if n, ok := d.integer(v, path+".deny_cache_size"); ok {
+			if n < -1 || n > 1<<30 {
+				d.errorf(v, path+".deny_cache_size", "must be -1 (off) or a key count, got %d", n)
+			} else {
+				r.DenyCacheSize = int(n)
+			}
+		}
+	}
+	if v := f["fallback"]; v != nil {
+		r.Fallback = d.fallback(v, path+".fallback")
+	}
+	return r
+}
+
+func (d *decoder) fallback(n *yaml.Node, path string) *Fallback {
+	fb := &Fallback{}
+	f := d.mapping(n, path, "instances", "retry", "max_keys")
+	if f == nil {
+		return fb
+	}
+	if v := f["instances"]; v != nil {
+		if i, ok := d.integer(v, path+".instances"); ok {
+			if i < 1 || i > 1_000_000 {
+				d.errorf(v, path+".instances", "must be at least 1, got %d", i)
+			} else {
+				fb.Instances = int(i)
+			}
+		}
+	} else {
+		d.errorf(n, path+".instances", "must be set: how many instances share the limits")
+	}
+	if v := f["retry"]; v != nil {
+		fb.Retry, _ = d.positive(v, path+".retry")
+	}
+	if v := f["max_keys"]; v != nil {
+		if k, ok := d.integer(v, path+".max_keys"); ok {
+			if k < 1 || k > 1<<40 {
+				d.errorf(v, path+".max_keys", "must be at least 1, got %d", k)
+			} else {
+				fb.MaxKeys = int(k)
+			}
+		}
+	}
+	return fb
+}
+
+// addrs decodes a non-empty list of host:port addresses.
+func (d *decoder) addrs(n *yaml.Node, path string) []string {
+	list, ok := d.strs(n, path)
+	if !ok {
+		return nil
+	}
+	if len(list) == 0 {
+		d.errorf(n, path, "must list at least one address")
+	}
+	for i, a := range list {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			d.errorf(d.at(p, n), p, "must be host:port, got %q", a)
+			return nil
+		}
+	}
+	return list
+}

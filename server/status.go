@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// limiterInfo and ruleInfo are GET /v1/limiters' view of the configuration.
+type limiterInfo struct {
+	Name          string     `json:"name"`
+	FailurePolicy string     `json:"failure_policy"`
+	Shadow        bool       `json:"shadow"`
+	Breaker       string     `json:"breaker"`
+	Rules         []ruleInfo `json:"rules"`
+}
+
+type ruleInfo struct {
+	Name      string             `json:"name"`
+	Key       []string           `json:"key"`
+	Algorithm string             `json:"algorithm"`
+	Limit     int64              `json:"limit"`
+	Window    string             `json:"window,omitempty"`
+	WindowMS  int64              `json:"window_ms,omitempty"`
+	Burst     int64              `json:"burst,omitempty"`
+	Buckets   int64              `json:"buckets,omitempty"`
+	Align     string             `json:"align,omitempty"`
+	TimeZone  string             `json:"time_zone,omitempty"`
+	Shadow    bool               `json:"shadow"`
+	Overrides []overrideResponse `json:"overrides,omitempty"`
+}
+
+type overrideResponse struct {
+	Match map[string]string `json:"match"`
+	Limit int64             `json:"limit"`
+	Burst int64             `json:"burst,omitempty"`
+}
+
+// handleLimiters serves GET /v1/limiters: the limiters in use and their
+// rules, with defaults applied.
+func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpError {
+	set := s.limiters.Load()
+	out := struct {
+		Limiters []limiterInfo `json:"limiters"`
+	}{Limiters: make([]limiterInfo, 0, len(set.names))}
+	for _, cl := range set.config.Limiters {
+		l := set.byName[cl.Name]
+		li := limiterInfo{
+			Name:          l.Name(),
+			FailurePolicy: l.FailurePolicy().String(),
+			Shadow:        l.Shadow(),
+			Breaker:       l.Breaker().String(),
+		}
+		for _, rule := range l.Rules() {
+			ri := ruleInfo{
+				Name:      rule.Name,
+				Key:       rule.Key,
+				Algorithm: rule.Algorithm.String(),
+				Limit:     rule.Limit,
+				Burst:     rule.Burst,
+				Buckets:   rule.Buckets,
+				Shadow:    rule.Shadow,
+			}
+			if ri.Key == nil {
+				ri.Key = []string{}
+			}
+			calendar := rule.Align == floodgate.AlignDay || rule.Align == floodgate.AlignMonth
+			if !calendar {
+				ri.Window, ri.WindowMS = rule.Window.String(), millis(rule.Window)
+			}
+			if rule.Algorithm == floodgate.FixedWindow {
+				ri.Align = rule.Align.String()
+			}
+			if calendar {
+				ri.TimeZone = "UTC"
+				if rule.Location != nil {
+					ri.TimeZone = rule.Location.String()
+				}
+			}
+			for _, o := range rule.Overrides {
+				ri.Overrides = append(ri.Overrides, overrideResponse{Match: o.Match, Limit: o.Limit, Burst: o.Burst})
+			}
+			li.Rules = append(li.Rules, ri)
+		}
+		out.Limiters = append(out.Limiters, li)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// handleHealthz serves GET /healthz: the process is alive.
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) *httpError {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// Pinger is implemented by stores that can tell whether they are reachable
+// (a Redis store). /readyz calls it; stores without it are always reachable.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+type readiness struct {
+	Status string       `json:"status"`
+	Config configStatus `json:"config"`
+	Store  storeStatus  `json:"store"`
+}
+
+type configStatus struct {
+	File     string    `json:"file,omitempty"`
+	LoadedAt time.Time `json:"loaded_at"`
+	Limiters int       `json:"limiters"`
+	// LastReloadError is why the last reload was rejected; the
+	// configuration loaded at LoadedAt keeps serving meanwhile.
+	LastReloadError    string     `json:"last_reload_error,omitempty"`
+	LastReloadFailedAt *time.Time `json:"last_reload_failed_at,omitempty"`
+}
+
+type storeStatus struct {
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+}
+
+// handleReadyz serves GET /readyz: 200 when a configuration is loaded and
+// the store answers, 503 otherwise (and while shutting down). A rejected
+// reload does not make the service unready (the previous configuration
+// serves), but it is reported in the detail.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) *httpError {
+	set, st := s.limiters.Load(), s.state.Load()
+	out := readiness{Status: "ready"}
+	out.Config = configStatus{File: set.config.File, LoadedAt: st.loadedAt.UTC(), Limiters: len(set.names)}
+	if st.err != nil {
+		out.Config.LastReloadError = st.err.Error()
+		at := st.failedAt.UTC()
+		out.Config.LastReloadFailedAt = &at
+	}
+	out.Store.Reachable = true
+	if p, ok := s.Store.(Pinger); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		err := p.Ping(ctx)
+		cancel()
+		if err != nil {
+			out.Store = storeStatus{Error: err.Error()}
+		}
+	}
+	status := http.StatusOK
+	select {
+	case <-s.done:
+		out.Status = "shutting down"
+		status = http.StatusServiceUnavailable
+	default:
+		if !out.Store.Reachable {
+			out.Status = "store unreachable"
+			status = http.StatusServiceUnavailable
+		}
+	}
+	writeJSON(w, status, out)
+	return nil
+}
