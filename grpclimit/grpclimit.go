@@ -12,7 +12,8 @@
 // RetryInfo.
 //
 // A stream is one call: it is limited when it opens. Concurrency rules have
-// their lease released when the handler returns.
+// their lease released when the handler returns, and Options.Count can
+// refund successful (or failed) calls then, so that only the others count.
 package grpclimit
 
 import (

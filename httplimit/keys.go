@@ -21,7 +21,8 @@ var peerOnly = clientip.MustNew(nil)
 
 // ClientIP keys on the client's address as res resolves it: the limiting key,
 // in which IPv6 addresses are bucketed to a prefix. A nil res uses the socket
-// peer only, ignoring every forwarded header.
+// peer only, ignoring every forwarded header. A request whose peer is not an
+// IP address (a Unix socket) has no client IP: rules keyed on it are skipped.
 func ClientIP(res *clientip.Resolver) KeyFunc {
 	if res == nil {
 		res = peerOnly
