@@ -26,3 +26,52 @@ func TestGatewayRedis(t *testing.T) {
 		return s
 	})
 }
+
+// TestSelectRedisCommands counts the Redis commands of a selection: each
+// candidate decided is one script call (its RPM and TPM caps checked and
+// counted together), and settling tokens is one more. With the over-limit
+// cache on (the default), a candidate already known to be capped costs no
+// round trip at all.
+func TestSelectRedisCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	scripts := func() int64 {
+		c := srv.CommandCalls()
+		return c["evalsha"] + c["eval"]
+	}
+	for _, tt := range []struct {
+		name      string
+		cacheSize int
+		want      int64 // script calls of the measured selection
+	}{
+		{"no over-limit cache", -1, 3},
+		{"over-limit cache", 0, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "cmd:" + tt.name + ":", UseBatchTime: true, DenyCacheSize: tt.cacheSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			g := newGW(t, func(*testing.T) floodgate.Store { return s }, gwStart)
+			routes := []floodgate.Candidate{g.route("a", 1, 100), g.route("b", 1, 100), g.route("c", 10, 100)}
+			floodgate.Select(g.ctx, routes[:1]) // a capped
+			floodgate.Select(g.ctx, routes[1:2])
+			floodgate.Select(g.ctx, routes[:2]) // b capped; the cache learns both
+
+			before := scripts()
+			sel := floodgate.Select(g.ctx, routes)
+			if !sel.Allowed || sel.Name != "c" {
+				t.Fatalf("selection %+v, want c", sel)
+			}
+			if got := scripts() - before; got != tt.want {
+				t.Errorf("a selection over 3 candidates (2 capped) ran %d scripts, want %d", got, tt.want)
+			}
+			tokens, _ := routes[2].Limiter.Only("tpm")
+			before = scripts()
+			tokens.Settle(g.ctx, sel.Decision.Ticket(), routes[2].Attrs, 11)
+			if got := scripts() - before; got != 1 {
+				t.Errorf("settling ran %d scripts, want 1", got)
+			}
+		})
+	}
+}

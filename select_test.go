@@ -316,3 +316,40 @@ func testSelectStoreFailure(t *testing.T, newStore newStoreFunc) {
 type downStore struct{}
 
 func (downStore) Apply(context.Context, *floodgate.Batch) error { return errStoreDown }
+
+// BenchmarkSelect measures a selection on the memory store that skips a
+// capped route and admits the next: two decisions.
+func BenchmarkSelect(b *testing.B) {
+	t := &testing.T{}
+	s := memory.New(&memory.Options{SweepInterval: -1})
+	defer s.Close()
+	g := &gw{t: t, store: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
+	capped := g.route("capped", 1, 1<<40)
+	open := g.route("open", 1<<40, 1<<40)
+	floodgate.Select(g.ctx, []floodgate.Candidate{capped})
+	routes := []floodgate.Candidate{capped, open}
+	b.ReportAllocs()
+	for b.Loop() {
+		if sel := floodgate.Select(g.ctx, routes); sel.Name != "open" {
+			b.Fatal(sel.Name)
+		}
+	}
+}
+
+// BenchmarkSettle measures settling a weighted token cost into a route's
+// token rule on the memory store.
+func BenchmarkSettle(b *testing.B) {
+	s := memory.New(&memory.Options{SweepInterval: -1})
+	defer s.Close()
+	g := &gw{t: &testing.T{}, store: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
+	r := g.route("r", 1<<40, 1<<40)
+	tokens, _ := r.Limiter.Only("tpm")
+	ticket := floodgate.Select(g.ctx, []floodgate.Candidate{r}).Decision.Ticket()
+	weights := floodgate.Weights{"input": 1, "output": 3}
+	usage := floodgate.Usage{"input": 2, "output": 3}
+	b.ReportAllocs()
+	for b.Loop() {
+		cost, _ := weights.Cost(usage)
+		tokens.Settle(g.ctx, ticket, r.Attrs, cost)
+	}
+}

@@ -37,22 +37,44 @@ func (w Weights) Validate() error {
 // the largest a decision can carry (2^53).
 func (w Weights) Cost(u Usage) (int64, error) {
 	var cost int64
-	// Sorted, so that the error for a usage with several bad classes is
-	// always the same.
-	for _, class := range slices.Sorted(maps.Keys(u)) {
-		n := u[class]
-		weight, ok := w[class]
-		switch {
-		case !ok:
-			return 0, sprintfErr("floodgate: unknown token class %q", class)
-		case n < 0:
-			return 0, sprintfErr("floodgate: token class %q: count %d must not be negative", class, n)
-		case weight != 0 && n > (algo.MaxUnits-cost)/weight:
-			return 0, sprintfErr("floodgate: weighted cost exceeds %d", int64(algo.MaxUnits))
+	for class, n := range u {
+		c, ok := w.add(cost, class, n)
+		if !ok {
+			return 0, w.costError(u)
 		}
-		cost += n * weight
+		cost = c
 	}
 	return cost, nil
+}
+
+// add returns cost plus n tokens of class, or false when that is an error.
+func (w Weights) add(cost int64, class string, n int64) (int64, bool) {
+	weight, ok := w[class]
+	if !ok || n < 0 || weight != 0 && n > (algo.MaxUnits-cost)/weight {
+		return 0, false
+	}
+	return cost + n*weight, true
+}
+
+// costError describes what is wrong with u, looking at its classes in
+// sorted order so that the error is always the same one.
+func (w Weights) costError(u Usage) error {
+	var cost int64
+	for _, class := range slices.Sorted(maps.Keys(u)) {
+		n := u[class]
+		if c, ok := w.add(cost, class, n); ok {
+			cost = c
+			continue
+		}
+		switch _, known := w[class]; {
+		case !known:
+			return sprintfErr("floodgate: unknown token class %q", class)
+		case n < 0:
+			return sprintfErr("floodgate: token class %q: count %d must not be negative", class, n)
+		}
+		break
+	}
+	return sprintfErr("floodgate: weighted cost exceeds %d", int64(algo.MaxUnits))
 }
 
 // Only returns a limiter that applies just the named rules of l. It has l's
