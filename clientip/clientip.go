@@ -185,18 +185,29 @@ func (r *Resolver) Header() string { return r.header }
 // headers.
 func (r *Resolver) Request(req *http.Request) Client {
 	peer, _ := ParseAddr(req.RemoteAddr)
-	c := r.resolve(peer, req.Header, true)
-	if c.Key == "" && c.Addr.IsValid() {
-		// An IPv4 peer's key is its address exactly as RemoteAddr spells
-		// it (netip accepts only the canonical dotted form): reuse those
-		// bytes rather than formatting them again.
-		host := req.RemoteAddr
-		if i := strings.LastIndexByte(host, ':'); i >= 0 {
-			host = host[:i]
-		}
+	// A plain IPv4 peer's key is its address exactly as RemoteAddr spells
+	// it (netip accepts only the canonical dotted form): reuse those bytes
+	// rather than formatting them again.
+	host := req.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		host = host[:i]
+	}
+	plain := peer.Is4() && dotted(host)
+	c := r.resolve(peer, req.Header, plain)
+	if plain && c.Key == "" && c.Addr.IsValid() {
 		c.Key = host
 	}
 	return c
+}
+
+// dotted reports whether s holds only digits and dots.
+func dotted(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '.' && (s[i] < '0' || s[i] > '9') {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Resolve resolves the client of a request that arrived from the socket peer
@@ -206,16 +217,15 @@ func (r *Resolver) Resolve(peer netip.Addr, h Headers) Client {
 	return r.resolve(peer, h, false)
 }
 
-// resolve resolves the client. With lazyPeerKey, a result that is a plain
-// IPv4 peer is returned with an empty Key, for the caller to fill in.
+// resolve resolves the client. With lazyPeerKey, a result that is the peer
+// is returned with an empty Key, for the caller to fill in.
 func (r *Resolver) resolve(peer netip.Addr, h Headers, lazyPeerKey bool) Client {
-	plain := peer.Is4() // not mapped, no zone: RemoteAddr holds its canonical form
 	peer = normalise(peer)
 	if !peer.IsValid() {
 		return Client{}
 	}
 	if h == nil || !r.trustsPeer(peer) {
-		return r.peerClient(peer, lazyPeerKey && plain)
+		return r.peerClient(peer, lazyPeerKey)
 	}
 	var (
 		addr netip.Addr
@@ -240,9 +250,9 @@ func (r *Resolver) resolve(peer netip.Addr, h Headers, lazyPeerKey bool) Client 
 		if r.onFallback != nil {
 			r.onFallback(r.header, err)
 		}
-		return r.peerClient(peer, lazyPeerKey && plain)
+		return r.peerClient(peer, lazyPeerKey)
 	case !addr.IsValid():
-		return r.peerClient(peer, lazyPeerKey && plain) // no header: the peer is the client
+		return r.peerClient(peer, lazyPeerKey) // no header: the peer is the client
 	}
 	return r.client(addr, true)
 }

@@ -89,6 +89,8 @@ func TestResolve(t *testing.T) {
 		{"hops: across lines", hops2, "192.0.2.1:1", hdr("X-Forwarded-For", "203.0.113.9", "X-Forwarded-For", "192.0.2.50"), "203.0.113.9", "203.0.113.9", false},
 
 		{"unix socket peer", nil, "@", hdr(), "invalid IP", "", false},
+		{"mapped peer", nil, "[::ffff:198.51.100.7]:1", hdr(), "198.51.100.7", "198.51.100.7", false},
+		{"peer without port", nil, "198.51.100.7", hdr(), "198.51.100.7", "198.51.100.7", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -65,3 +65,18 @@ func FuzzForwarded(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRemoteAddr checks that Request, which reuses RemoteAddr's bytes as the
+// key of a plain IPv4 peer, agrees with Key for any RemoteAddr.
+func FuzzRemoteAddr(f *testing.F) {
+	for _, s := range []string{"192.0.2.1:80", "192.0.2.1", "[::ffff:192.0.2.1]:80", "[fe80::1%eth0]:1", "::1", "@", "", "1.2.3.4:"} {
+		f.Add(s)
+	}
+	r := MustNew(nil)
+	f.Fuzz(func(t *testing.T, remote string) {
+		c := r.Request(&http.Request{RemoteAddr: remote})
+		if got, want := c.Key, r.Key(c.Addr); got != want {
+			t.Fatalf("RemoteAddr %q: Key %q, want %q", remote, got, want)
+		}
+	})
+}
