@@ -56,13 +56,13 @@ type Selector struct {
 	candidates []Candidate
 	next       int
 	attempts   []Attempt
-	current    int // index in attempts of the admitted one Next returned, or -1
+	current    int // 1 + index in attempts of the admitted one Next returned; 0 for none
 }
 
 // NewSelector returns a Selector over candidates, tried in order. The slice
 // is not copied and must not change while the Selector is in use.
 func NewSelector(candidates []Candidate) *Selector {
-	return &Selector{candidates: candidates, current: -1}
+	return &Selector{candidates: candidates}
 }
 
 // Next decides on the candidates after the last one it returned, in order,
@@ -72,7 +72,7 @@ func NewSelector(candidates []Candidate) *Selector {
 // by each candidate limiter's failure policy: FailOpen admits, FailClosed
 // skips the candidate.
 func (s *Selector) Next(ctx context.Context) (*Attempt, bool) {
-	s.current = -1
+	s.current = 0
 	for s.next < len(s.candidates) {
 		i := s.next
 		s.next++
@@ -98,8 +98,8 @@ func (s *Selector) Next(ctx context.Context) (*Attempt, bool) {
 		}
 		s.attempts = append(s.attempts, a)
 		if a.Decision.Allowed {
-			s.current = len(s.attempts) - 1
-			return &s.attempts[s.current], true
+			s.current = len(s.attempts)
+			return &s.attempts[s.current-1], true
 		}
 	}
 	return nil, false
@@ -109,8 +109,8 @@ func (s *Selector) Next(ctx context.Context) (*Attempt, bool) {
 // err. The attempt stays counted against its candidate's caps. Call Next to
 // move on to the next candidate.
 func (s *Selector) Failed(err error) {
-	if s.current >= 0 {
-		s.attempts[s.current].Err = err
+	if s.current > 0 {
+		s.attempts[s.current-1].Err = err
 	}
 }
 
@@ -121,8 +121,8 @@ func (s *Selector) Attempts() []Attempt { return s.attempts }
 // Result summarises the selection so far.
 func (s *Selector) Result() Selection {
 	sel := Selection{Index: -1, Attempts: s.attempts}
-	if s.current >= 0 {
-		a := &s.attempts[s.current]
+	if s.current > 0 {
+		a := &s.attempts[s.current-1]
 		sel.Allowed, sel.Index, sel.Name, sel.Decision = true, a.Index, a.Name, a.Decision
 	}
 	never := true

@@ -312,6 +312,22 @@ func testSelectStoreFailure(t *testing.T, newStore newStoreFunc) {
 	}
 }
 
+func TestSelectorZero(t *testing.T) {
+	var sel floodgate.Selector
+	sel.Failed(errUpstream) // nothing to mark
+	if _, ok := sel.Next(context.Background()); ok {
+		t.Fatal("the zero Selector returned a candidate")
+	}
+	if res := sel.Result(); res.Allowed || res.Index != -1 || res.Capped != 0 || res.RetryAfter != 0 {
+		t.Fatalf("the zero Selector's result: %+v", res)
+	}
+	// A candidate without a limiter has no caps.
+	res := floodgate.Select(context.Background(), []floodgate.Candidate{{Name: "free"}})
+	if !res.Allowed || res.Name != "free" {
+		t.Fatalf("uncapped candidate: %+v", res)
+	}
+}
+
 // downStore is a store that cannot be reached.
 type downStore struct{}
 
