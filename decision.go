@@ -35,7 +35,8 @@ const inlineRules = 4
 // the denying rule with the longest wait; when admitted, the rule with the
 // fewest units left. RetryAfter is set when denied: the exact time until this
 // same request would be admitted (the maximum over the denying rules), or 0
-// when Never is set or the store decided.
+// when Never is set. A fail-closed store decision carries the circuit
+// breaker's remaining cooldown, at least one second.
 type Decision struct {
 	Allowed bool
 	Reason  Reason
@@ -108,7 +109,7 @@ func (d *Decision) ruleSlot() *RuleDecision {
 
 // Ticket returns what a refund of this decision needs. It is valid only for
 // an admitted decision that charged something (see Ticket.Valid).
-func (d *Decision) Ticket() Ticket {
+func (d Decision) Ticket() Ticket {
 	if !d.Allowed || d.limiter == nil {
 		return Ticket{}
 	}
