@@ -3,8 +3,10 @@ package redis
 import (
 	"crypto/sha1"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"strconv"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/algo"
@@ -24,7 +26,7 @@ const (
 	modeCompensate = 5
 	argsPerOp      = 12
 	replyPerOp     = 7
-	headArgs       = 6
+	headArgs       = 5
 )
 
 // suffix names each algorithm's state key, so a rule that changes its
@@ -79,15 +81,25 @@ func ticketLifetime(p *floodgate.Params) int64 {
 	return p.Window.Microseconds()
 }
 
-func itoa(v int64) string { return strconv.FormatInt(v, 10) }
-
 // build fills c with the keys and arguments that run the ops at idx of b in
-// the given mode. now is "" for server time; ref (µs) is the time calendar
-// windows are computed around.
-func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now string, ref int64, stamps []int64) {
+// the given mode. now is the time in µs, or -1 for the server's; ref (µs) is
+// the time calendar windows are computed around. The numbers travel as one
+// blob of little-endian 64-bit integers, which the script reads with
+// struct.unpack: parsing many decimal arguments costs the server more than
+// the rest of the script.
+func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	c.keys = c.keys[:0]
-	c.args = append(c.args[:0], strconv.Itoa(mode), now, itoa(b.Cost), strconv.FormatUint(b.Ticket, 10), strconv.Itoa(len(idx)), "0")
+	blob := make([]byte, 0, 8*(headArgs+argsPerOp*len(idx)))
+	put := func(v int64) { blob = binary.LittleEndian.AppendUint64(blob, uint64(v)) }
 	var keep int64
+	for _, i := range idx {
+		keep = max(keep, ticketLifetime(&b.Ops[i].Params))
+	}
+	put(int64(mode))
+	put(now)
+	put(b.Cost)
+	put(int64(len(idx)))
+	put(keep)
 	for _, i := range idx {
 		op := &b.Ops[i]
 		p := &op.Params
@@ -96,9 +108,9 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now stri
 		if p.Algorithm == floodgate.Concurrency {
 			c.keys = append(c.keys, key+"l")
 		}
-		shadow := "0"
+		var shadow int64
 		if op.Shadow {
-			shadow = "1"
+			shadow = 1
 		}
 		stamp := op.Stamp
 		if stamps != nil {
@@ -108,15 +120,22 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now stri
 		if calendar(p) {
 			bounds = calBounds(p, ref)
 		}
-		c.args = append(c.args,
-			strconv.Itoa(int(p.Algorithm)), itoa(p.Limit), itoa(p.Window.Microseconds()), itoa(p.Burst),
-			itoa(p.Buckets), strconv.Itoa(int(p.Align)), shadow, itoa(stamp),
-			itoa(bounds[0]), itoa(bounds[1]), itoa(bounds[2]), itoa(bounds[3]))
-		keep = max(keep, ticketLifetime(p))
+		put(int64(p.Algorithm))
+		put(p.Limit)
+		put(p.Window.Microseconds())
+		put(p.Burst)
+		put(p.Buckets)
+		put(int64(p.Align))
+		put(shadow)
+		put(stamp)
+		for _, v := range bounds {
+			put(v)
+		}
 	}
+	ticket := strconv.FormatUint(b.Ticket, 10)
+	c.args = append(c.args[:0], unsafe.String(unsafe.SliceData(blob), len(blob)), ticket)
 	if mode == int(floodgate.ModeRefund) {
-		c.args[5] = itoa(keep)
 		op := &b.Ops[idx[0]]
-		c.keys = append(c.keys, s.prefix+"{"+op.Scope+":"+op.Key+"}:r:"+c.args[3])
+		c.keys = append(c.keys, s.prefix+"{"+op.Scope+":"+op.Key+"}:r:"+ticket)
 	}
 }

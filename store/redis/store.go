@@ -233,10 +233,10 @@ type group struct {
 
 // apply runs b on Redis: one call per slot its keys occupy.
 func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
-	now, ref := "", time.Now().UnixMicro()
+	now, ref := int64(-1), time.Now().UnixMicro()
 	if s.batchTime {
 		ref = b.Now.UnixMicro()
-		now = itoa(ref)
+		now = ref
 	}
 	mode := int(b.Mode)
 	if !s.isCluster {
@@ -295,7 +295,7 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 // find the calendar window holding the server's time is run again with
 // windows computed around that time. The first error is returned; groups
 // that succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, mode int, now string, ref int64, stamps []int64) error {
+func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, mode int, now, ref int64, stamps []int64) error {
 	calls := make([]*call, len(gs))
 	for i, g := range gs {
 		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
@@ -357,7 +357,7 @@ func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
 // compensate gives back what the groups of a cross-slot consume took when
 // the batch as a whole was denied (or failed). A compensation that cannot
 // be applied leaves the units charged: stricter, never looser.
-func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group, now string, ref int64) {
+func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group, now, ref int64) {
 	stamps := make([]int64, len(b.Ops))
 	var back []*group
 	for _, g := range gs {

@@ -5,13 +5,15 @@
 -- below 2^53, which rule validation keeps the products under. Divisions go
 -- through fdiv, which corrects the rounded quotient, so that they are exact.
 --
--- ARGV[1] mode: 0 consume, 1 peek, 2 record, 3 refund, 4 reset,
---               5 compensate (a refund that keeps no spent-ticket record)
--- ARGV[2] now in µs, or "" to use the server's TIME
--- ARGV[3] cost   ARGV[4] ticket (lease id)   ARGV[5] number of ops
--- ARGV[6] how long a refunded ticket is remembered, µs
--- then 12 values per op: kind limit window burst buckets align shadow stamp
---                        b0 b1 b2 b3 (calendar window boundaries, µs)
+-- ARGV[1] is little-endian 64-bit integers, read with struct.unpack (numbers
+-- travel without being parsed from text):
+--   mode: 0 consume, 1 peek, 2 record, 3 refund, 4 reset,
+--         5 compensate (a refund that keeps no spent-ticket record)
+--   now in µs, or -1 to use the server's TIME
+--   cost, number of ops, how long a refunded ticket is remembered (µs)
+--   then 12 per op: kind limit window burst buckets align shadow stamp
+--                   b0 b1 b2 b3 (calendar window boundaries, µs)
+-- ARGV[2] is the ticket (lease id) in decimal.
 -- KEYS: each op's state key (a concurrency op has a second, its lease set),
 --       then, for refunds, the spent-ticket key.
 --
@@ -22,24 +24,22 @@
 local MAX = 9007199254740992 -- 2^53, algo.MaxUnits
 local floor = math.floor
 
-local mode = tonumber(ARGV[1])
+local blob = ARGV[1]
+local mode, nowarg, cost, nops, keep, pos = struct.unpack('<i8i8i8i8i8', blob)
+local ticket = ARGV[2]
 local now
 -- slack (ms) lengthens TTLs when the caller supplies the time: key expiry
 -- runs on the server's clock, which may run ahead of the caller's (a test's
 -- fake clock), and a key must not vanish before the caller's time reaches
 -- its expiry. A key that outlives its expiry means the same as an absent one.
 local slack = 0
-if ARGV[2] == '' then
+if nowarg < 0 then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
-  now = tonumber(ARGV[2])
+  now = nowarg
   slack = 60000
 end
-local cost = tonumber(ARGV[3])
-local ticket = ARGV[4]
-local nops = tonumber(ARGV[5])
-local keep = tonumber(ARGV[6])
 
 -- fdiv is floor(a / b) for b > 0, exact for |a| < 2^53.
 local function fdiv(a, b)
@@ -72,12 +72,13 @@ end
 
 local ops = {}
 local ki = 1
+local OPFMT = '<i8i8i8i8i8i8i8i8i8i8i8i8'
 for i = 1, nops do
-  local j = 7 + (i - 1) * 12
+  local kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3
+  kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3, pos = struct.unpack(OPFMT, blob, pos)
   local op = {
-    kind = tonumber(ARGV[j]), limit = tonumber(ARGV[j + 1]), window = tonumber(ARGV[j + 2]),
-    burst = tonumber(ARGV[j + 3]), buckets = tonumber(ARGV[j + 4]), align = tonumber(ARGV[j + 5]),
-    shadow = ARGV[j + 6] == '1', stamp = tonumber(ARGV[j + 7]), bounds = j + 8,
+    kind = kind, limit = limit, window = window, burst = burst, buckets = buckets, align = align,
+    shadow = shadow == 1, stamp = stamp, bounds = {b0, b1, b2, b3},
     key = KEYS[ki], a = 0, b = 0, c = 0, live = false, exists = false, dirty = false,
     ok = false, never = false, retry = 0, rem = 0, reset = 0, out = 0, took = false,
   }
@@ -179,9 +180,9 @@ local function window(op)
     local s = fdiv(now, op.window) * op.window
     return s, s + op.window
   elseif op.align >= 2 then
-    for j = op.bounds, op.bounds + 2 do
-      local s, e = tonumber(ARGV[j]), tonumber(ARGV[j + 1])
-      if s <= now and now < e then return s, e end
+    local b = op.bounds
+    for j = 1, 3 do
+      if b[j] <= now and now < b[j + 1] then return b[j], b[j + 1] end
     end
     return nil
   end

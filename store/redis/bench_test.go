@@ -1,0 +1,159 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store/redis"
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// benchRules returns n rules (1 or 3) with limits high enough that every
+// decision is admitted: per user, per tenant and global.
+func benchRules(n int) []floodgate.Rule {
+	rules := []floodgate.Rule{
+		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 1 << 40, Window: time.Hour, Key: []string{"user"}},
+		{Name: "tenant", Algorithm: floodgate.TokenBucket, Limit: 1 << 30, Window: time.Second, Key: []string{"tenant"}},
+		{Name: "global", Algorithm: floodgate.GCRA, Limit: 1 << 30, Window: time.Second},
+	}
+	return rules[:n]
+}
+
+// benchClients are the Redis clients the store can run on.
+var benchClients = []struct {
+	name string
+	open func(b *testing.B, addr string) *redis.Options
+}{
+	{"rueidis", func(b *testing.B, addr string) *redis.Options {
+		return &redis.Options{URL: "redis://" + addr}
+	}},
+	{"go-redis", func(b *testing.B, addr string) *redis.Options {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
+		b.Cleanup(func() { c.Close() })
+		return &redis.Options{GoRedis: c}
+	}},
+	{"go-redis-autopipeline", func(b *testing.B, addr string) *redis.Options {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
+		b.Cleanup(func() { c.Close() })
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return &redis.Options{GoRedis: ap}
+	}},
+}
+
+// BenchmarkDecision measures admitted decisions per second through a
+// limiter on the Redis store, by client, rule count and concurrent callers,
+// over 10,000 users in 100 tenants.
+//
+// Run: go test -run '^$' -bench Decision ./store/redis/
+func BenchmarkDecision(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, cl := range benchClients {
+		for _, rules := range []int{1, 3} {
+			for _, callers := range []int{1, 16, 128} {
+				b.Run(fmt.Sprintf("client=%s/rules=%d/callers=%d", cl.name, rules, callers), func(b *testing.B) {
+					store, err := redis.New(cl.open(b, srv.Addr))
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer store.Close()
+					lim, err := floodgate.New("bench", store, benchRules(rules), &floodgate.Options{Timeout: 5 * time.Second})
+					if err != nil {
+						b.Fatal(err)
+					}
+					runCallers(b, srv, callers, func(i uint64) bool {
+						attrs := floodgate.Attributes{"user": strconv.FormatUint(i%10000, 10), "tenant": strconv.FormatUint(i%100, 10)}
+						return lim.Allow(context.Background(), attrs).Allowed
+					})
+				})
+			}
+		}
+	}
+}
+
+// runCallers runs b.N calls of f from the given number of goroutines and
+// reports decisions/s and the server's time per script call. Every call
+// must return true.
+func runCallers(b *testing.B, srv *redistest.Server, callers int, f func(i uint64) bool) {
+	for i := range uint64(200) { // warm up connections and the script cache
+		f(i)
+	}
+	srv.MustDo("CONFIG", "RESETSTAT")
+	var next, failed atomic.Uint64
+	n := uint64(b.N)
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > n {
+					return
+				}
+				if !f(i * 7919) {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	if failed.Load() > 0 {
+		b.Fatalf("%d of %d decisions not admitted", failed.Load(), n)
+	}
+	b.ReportMetric(float64(n)/el.Seconds(), "decisions/s")
+	if us, ok := serverMicros(srv); ok {
+		b.ReportMetric(us, "server-µs/call")
+	}
+}
+
+// serverMicros is the server's mean time per EVALSHA since the last
+// CONFIG RESETSTAT, from INFO commandstats.
+func serverMicros(srv *redistest.Server) (float64, bool) {
+	m := regexp.MustCompile(`cmdstat_evalsha:.*usec_per_call=([0-9.]+)`).FindStringSubmatch(srv.MustDo("INFO", "commandstats"))
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	return v, err == nil
+}
+
+// BenchmarkEvalshaCeiling measures the server's own ceiling for a trivial
+// script, "return 1", with redis-benchmark: 128 connections, 16 commands
+// pipelined on each. It is the reference the decision rates are compared
+// with.
+func BenchmarkEvalshaCeiling(b *testing.B) {
+	srv := redistest.Start(b)
+	const script = "return 1"
+	sum := sha1.Sum([]byte(script))
+	sha := hex.EncodeToString(sum[:])
+	srv.MustDo("SCRIPT", "LOAD", script)
+	n := max(b.N, 200_000)
+	out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port),
+		"-n", strconv.Itoa(n), "-c", "128", "-P", "16", "-q", "EVALSHA", sha, "0").CombinedOutput()
+	if err != nil {
+		b.Fatalf("redis-benchmark: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("redis-benchmark output: %s", out)
+	}
+	rps, _ := strconv.ParseFloat(string(m[1]), 64)
+	b.ReportMetric(rps, "evalsha/s")
+	b.ReportMetric(0, "ns/op")
+}
