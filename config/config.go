@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -42,6 +43,12 @@ type Config struct {
 	// Limiters are the configured limiters, in file order, with unique
 	// names.
 	Limiters []Limiter
+	// TokenClasses price the token classes that POST /v1/record's usage
+	// counts, in cost units per token; nil when none are configured.
+	TokenClasses floodgate.Weights
+	// Routes are the named candidate lists of POST /v1/select, in file
+	// order, with unique names; every candidate names one of Limiters.
+	Routes []Route
 }
 
 // Store selects the store. Exactly one of Memory and Redis is set; Memory
@@ -125,6 +132,9 @@ type Limiter struct {
 	// Rules are the limiter's rules, tiers already turned into overrides
 	// (after the rule's explicit overrides, which therefore win).
 	Rules []floodgate.Rule
+	// TokenRules name the rules that weighted token usage is recorded
+	// into; empty means all of them.
+	TokenRules []string
 }
 
 // Options returns opts with the limiter's configured settings (failure
@@ -168,6 +178,12 @@ func Parse(name string, data []byte) (*Config, error) {
 	d := &decoder{file: name, budget: maxNodes}
 	c := d.decode(data)
 	if len(d.errs) > 0 {
+		// Sections are decoded in dependency order (routes after
+		// limiters); report in file order.
+		sort.SliceStable(d.errs, func(i, j int) bool {
+			a, b := d.errs[i], d.errs[j]
+			return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+		})
 		return nil, d.errs
 	}
 	return c, nil

@@ -94,6 +94,21 @@ func TestInvalid(t *testing.T) {
 		{"redis_two_modes.yaml", []string{
 			"redis_two_modes.yaml:4:14: store.redis.cluster: set only one of url, cluster or sentinel (url is set too)",
 		}},
+		{"route_broken_limiter.yaml", []string{
+			// A route naming an invalid limiter is not blamed a second time.
+			"route_broken_limiter.yaml:8:69: limiters[0].rules[0].limit: must be at least 1, got 0",
+		}},
+		{"route_duplicates.yaml", []string{
+			"route_duplicates.yaml:9:19: routes[0].candidates[1].name: duplicate candidate name \"route-primary\" in this route (a candidate's name defaults to its limiter's)",
+			"route_duplicates.yaml:10:11: routes[1].name: duplicate route name \"chat\" (first defined at line 6)",
+			"route_duplicates.yaml:11:17: routes[1].candidates: must list at least one candidate",
+			"route_duplicates.yaml:12:5: routes[2].name: must be set",
+			"route_duplicates.yaml:13:58: routes[2].candidates[0].cost: unknown field (known fields: name, limiter, attributes)",
+		}},
+		{"route_unknown_limiter.yaml", []string{
+			"route_unknown_limiter.yaml:9:33: routes[0].candidates[1].limiter: no limiter named \"route-backpu\"",
+			"route_unknown_limiter.yaml:10:9: routes[0].candidates[2].limiter: must be set",
+		}},
 		{"short_window.yaml", []string{
 			"short_window.yaml:13:17: limiters[0].rules[1].window: must be at least 1ms, got 500µs",
 		}},
@@ -114,6 +129,17 @@ func TestInvalid(t *testing.T) {
 		}},
 		{"time_zone_unaligned.yaml", []string{
 			"time_zone_unaligned.yaml:7:20: limiters[0].rules[0].time_zone: applies to calendar-aligned fixed windows only",
+		}},
+		{"token_classes.yaml", []string{
+			"token_classes.yaml:3:11: token_classes.output: must be at least 0, got -3",
+			"token_classes.yaml:4:17: token_classes.cached_input: must be a whole number, got \"0.5\"",
+			"token_classes.yaml:5:9: token_classes.audio: must be set to a whole weight of at least 0",
+			"token_classes.yaml:13:19: routes[0].candidates[0].limiter: no limiter named \"broken\"",
+		}},
+		{"token_rules.yaml", []string{
+			"token_rules.yaml:3:24: limiters[0].token_rules[1]: limiter \"keys\" has no rule named \"rpn\"",
+			"token_rules.yaml:3:29: limiters[0].token_rules[2]: rule \"tpm\" is listed twice",
+			"token_rules.yaml:8:18: limiters[1].token_rules: must name at least one rule (leave it out to record usage into every rule)",
 		}},
 		{"unknown_field.yaml", []string{
 			"unknown_field.yaml:8:9: limiters[0].rules[0].windw: unknown field (did you mean window?)",

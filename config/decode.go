@@ -60,7 +60,7 @@ func (d *decoder) decode(data []byte) *Config {
 		return nil
 	}
 	root := doc.Content[0]
-	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters")
+	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes")
 	if f == nil {
 		return nil
 	}
@@ -87,9 +87,13 @@ func (d *decoder) decode(data []byte) *Config {
 		deadline = c.Store.Redis.Deadline
 	}
 	seen := make(map[string]*yaml.Node)
+	named := make(map[string]bool) // every limiter name written, valid or not
 	for i, item := range items {
 		p := fmt.Sprintf("limiters[%d]", i)
 		l, ok := d.limiter(item, p, c, deadline)
+		if l.Name != "" {
+			named[l.Name] = true
+		}
 		if !ok {
 			continue
 		}
@@ -103,6 +107,12 @@ func (d *decoder) decode(data []byte) *Config {
 		}
 		seen[l.Name] = d.pos[p+".name"]
 		c.Limiters = append(c.Limiters, l)
+	}
+	if n := f["token_classes"]; n != nil {
+		c.TokenClasses = d.tokenClasses(n, "token_classes")
+	}
+	if n := f["routes"]; n != nil {
+		c.Routes = d.routes(n, named)
 	}
 	return c
 }

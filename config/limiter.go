@@ -24,7 +24,7 @@ type ruleSource struct {
 func (d *decoder) limiter(n *yaml.Node, path string, c *Config, deadline time.Duration) (Limiter, bool) {
 	l := Limiter{FailurePolicy: c.FailurePolicy, Breaker: c.Breaker, Deadline: deadline}
 	errs := len(d.errs)
-	f := d.mapping(n, path, "name", "failure_policy", "shadow", "deadline", "breaker", "tier_attribute", "rules")
+	f := d.mapping(n, path, "name", "failure_policy", "shadow", "deadline", "breaker", "tier_attribute", "token_rules", "rules")
 	if f == nil {
 		return l, false
 	}
@@ -63,6 +63,12 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config, deadline time.Du
 	if _, err := l.New(nopStore{}, floodgate.Options{}); err != nil {
 		d.placeConfigError(err, n, path, l, sources)
 		return l, false
+	}
+	if v := f["token_rules"]; v != nil {
+		d.tokenRules(v, path+".token_rules", &l)
+		if len(d.errs) > errs {
+			return l, false
+		}
 	}
 	return l, true
 }
