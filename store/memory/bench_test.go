@@ -197,6 +197,7 @@ func BenchmarkAlgorithm(b *testing.B) {
 		ctx := context.Background()
 		r := newBenchRand()
 		b.ReportAllocs()
+		defer reportCPU(b, benchCPU())
 		for b.Loop() {
 			d := l.Allow(ctx, attrs[r.intn(len(attrs))])
 			if !d.Allowed {
@@ -249,6 +250,7 @@ func BenchmarkDenied(b *testing.B) {
 		l.Allow(ctx, attrs)
 	}
 	b.ReportAllocs()
+	defer reportCPU(b, benchCPU())
 	for b.Loop() {
 		if d := l.Allow(ctx, attrs); d.Allowed {
 			b.Fatal("admitted")
@@ -269,6 +271,7 @@ func BenchmarkAttributesPerCall(b *testing.B) {
 	ctx := context.Background()
 	r := newBenchRand()
 	b.ReportAllocs()
+	defer reportCPU(b, benchCPU())
 	for b.Loop() {
 		if d := l.Allow(ctx, floodgate.Attributes{"user": users[r.intn(len(users))]}); !d.Allowed {
 			b.Fatal("denied")

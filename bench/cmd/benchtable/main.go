@@ -65,10 +65,12 @@ func parse(r io.Reader) (map[key][]sample, []key, error) {
 				name = name[:i] // the GOMAXPROCS suffix
 			}
 		}
+		// Benchmark<Group>/<row...>/<column>; shorter names go to an
+		// untitled table under their full name.
 		parts := strings.Split(name, "/")
-		k := key{table: parts[len(parts)-1], row: strings.Join(parts[1:len(parts)-1], "/")}
-		if len(parts) < 3 {
-			k = key{table: "", row: strings.TrimPrefix(name, "Benchmark")}
+		k := key{table: "", row: strings.TrimPrefix(name, "Benchmark")}
+		if len(parts) >= 3 {
+			k = key{table: parts[len(parts)-1], row: strings.Join(parts[1:len(parts)-1], "/")}
 		}
 		s := sample{ns: -1, cpu: -1, bytes: -1, allocs: -1}
 		for i := 2; i+1 < len(f); i += 2 {
