@@ -30,6 +30,7 @@ func (s *Server) Handler() http.Handler {
 	routes := []route{
 		{"/v1/check", http.MethodPost, "check", s.handleCheck},
 		{"/v1/record", http.MethodPost, "record", s.handleRecord},
+		{"/v1/select", http.MethodPost, "select", s.handleSelect},
 		{"/v1/refund", http.MethodPost, "refund", s.handleRefund},
 		{"/v1/reset", http.MethodPost, "reset", s.admin(s.handleReset)},
 		{"/v1/limiters", http.MethodGet, "limiters", s.handleLimiters},
@@ -73,7 +74,7 @@ func (s *Server) instrumented(name string, rt route) http.Handler {
 		promhttp.InstrumentHandlerCounter(s.metrics.httpRequests.MustCurryWith(labels), h))
 }
 
-// decisionRequest is the body of POST /v1/check, /v1/record and /v1/reset.
+// decisionRequest is the body of POST /v1/check and /v1/reset.
 type decisionRequest struct {
 	Limiter    string            `json:"limiter"`
 	Attributes map[string]string `json:"attributes"`
@@ -152,7 +153,7 @@ func (s *Server) respond(d *floodgate.Decision, ticket string) decisionResponse 
 	return out
 }
 
-// decision reads and checks a check, record or reset request.
+// decision reads and checks a check or reset request.
 func (s *Server) decision(w http.ResponseWriter, r *http.Request) (*floodgate.Limiter, floodgate.Attributes, int64, *httpError) {
 	l, attrs, cost, _, e := s.decisionPeek(w, r, false)
 	return l, attrs, cost, e
@@ -215,21 +216,6 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError 
 		}
 	}
 	writeJSON(w, http.StatusOK, s.respond(&d, ticket))
-	return nil
-}
-
-// handleRecord serves POST /v1/record: usage after the fact, with no
-// admission check. The decision describes the state afterwards.
-func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, cost, e := s.decision(w, r)
-	if e != nil {
-		return e
-	}
-	d, err := l.Record(r.Context(), attrs, cost)
-	if err != nil {
-		return badRequest(err.Error())
-	}
-	writeJSON(w, http.StatusOK, s.respond(&d, ""))
 	return nil
 }
 

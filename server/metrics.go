@@ -26,6 +26,7 @@ type metrics struct {
 	decisions     *prometheus.CounterVec
 	records       *prometheus.CounterVec
 	refunds       *prometheus.CounterVec
+	selects       *prometheus.CounterVec
 	storeDuration *prometheus.HistogramVec
 	reloads       *prometheus.CounterVec
 	lastReload    prometheus.Gauge
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "floodgate_refunds_total",
 			Help: "Ticket refunds by limiter and result: applied, failed (store error) or rejected (forged or malformed ticket; limiter is empty).",
 		}, []string{"limiter", "result"}),
+		selects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_select_total",
+			Help: "Selections (POST /v1/select) by configured route (empty for inline candidates) and result: admitted, capped, never (every capped candidate refused a cost it can never admit) or exhausted (every candidate excluded).",
+		}, []string{"route", "result"}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
 			Help:    "Latency of store calls by operation (consume, peek, record, refund, reset) and error (none, timeout, canceled, other).",
@@ -78,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"handler"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.records, m.refunds, m.storeDuration, m.reloads, m.lastReload,
+		m.decisions, m.records, m.refunds, m.selects, m.storeDuration, m.reloads, m.lastReload,
 		m.lastReloadOK, m.httpRequests, m.httpDuration, breakerCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {

@@ -13,6 +13,7 @@ const problemBase = "urn:floodgate:problem:"
 const (
 	kindInvalidRequest = "invalid-request"
 	kindUnknownLimiter = "unknown-limiter"
+	kindUnknownRoute   = "unknown-route"
 	kindInvalidTicket  = "invalid-ticket"
 	kindBodyTooLarge   = "body-too-large"
 	kindUnauthorized   = "unauthorized"

@@ -118,11 +118,13 @@ type Server struct {
 	watcher        *watcher
 }
 
-// limiterSet is one configuration's limiters, swapped as a whole.
+// limiterSet is one configuration's limiters, with the gateway sections
+// that refer to them, swapped as a whole.
 type limiterSet struct {
-	config *config.Config
-	byName map[string]*floodgate.Limiter
-	names  []string // sorted
+	config  *config.Config
+	byName  map[string]*floodgate.Limiter
+	names   []string // sorted
+	gateway *gateway
 }
 
 // reloadState is what /readyz reports about the configuration.
@@ -350,6 +352,11 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		set.names = append(set.names, cl.Name)
 	}
 	sort.Strings(set.names)
+	gw, err := buildGateway(c, set)
+	if err != nil {
+		return nil, err
+	}
+	set.gateway = gw
 	return set, nil
 }
 

@@ -15,6 +15,20 @@ type limiterInfo struct {
 	Shadow        bool       `json:"shadow"`
 	Breaker       string     `json:"breaker"`
 	Rules         []ruleInfo `json:"rules"`
+	// TokenRules name the rules usage is recorded into; absent: all.
+	TokenRules []string `json:"token_rules,omitempty"`
+}
+
+// routeInfo is GET /v1/limiters' view of a configured route.
+type routeInfo struct {
+	Name       string          `json:"name"`
+	Candidates []candidateInfo `json:"candidates"`
+}
+
+type candidateInfo struct {
+	Name       string            `json:"name"`
+	Limiter    string            `json:"limiter"`
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 type ruleInfo struct {
@@ -39,12 +53,28 @@ type overrideResponse struct {
 }
 
 // handleLimiters serves GET /v1/limiters: the limiters in use and their
-// rules, with defaults applied.
+// rules, with defaults applied, and the token classes and routes.
 func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpError {
 	set := s.limiters.Load()
 	out := struct {
-		Limiters []limiterInfo `json:"limiters"`
-	}{Limiters: make([]limiterInfo, 0, len(set.names))}
+		Limiters     []limiterInfo    `json:"limiters"`
+		TokenClasses map[string]int64 `json:"token_classes"`
+		Routes       []routeInfo      `json:"routes"`
+	}{
+		Limiters:     make([]limiterInfo, 0, len(set.names)),
+		TokenClasses: set.gateway.weights,
+		Routes:       make([]routeInfo, 0, len(set.config.Routes)),
+	}
+	if out.TokenClasses == nil {
+		out.TokenClasses = map[string]int64{}
+	}
+	for _, cr := range set.config.Routes {
+		ri := routeInfo{Name: cr.Name, Candidates: make([]candidateInfo, 0, len(cr.Candidates))}
+		for _, c := range set.gateway.routes[cr.Name] {
+			ri.Candidates = append(ri.Candidates, candidateInfo{Name: c.name, Limiter: c.limiter.Name(), Attributes: c.attrs})
+		}
+		out.Routes = append(out.Routes, ri)
+	}
 	for _, cl := range set.config.Limiters {
 		l := set.byName[cl.Name]
 		li := limiterInfo{
@@ -52,6 +82,7 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpErr
 			FailurePolicy: l.FailurePolicy().String(),
 			Shadow:        l.Shadow(),
 			Breaker:       l.Breaker().String(),
+			TokenRules:    cl.TokenRules,
 		}
 		for _, rule := range l.Rules() {
 			ri := ruleInfo{
