@@ -192,7 +192,7 @@ func TestSampleConfig(t *testing.T) {
 	for _, l := range c.Limiters {
 		names = append(names, l.Name)
 	}
-	if got, want := strings.Join(names, ","), "api,login,tokens,in-flight"; got != want {
+	if got, want := strings.Join(names, ","), "api,login,tokens,in-flight,route-primary,route-backup"; got != want {
 		t.Errorf("limiters = %s, want %s", got, want)
 	}
 	login := c.Limiters[1]
