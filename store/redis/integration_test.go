@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -206,9 +207,8 @@ func TestCluster(t *testing.T) {
 	counter := func(rule, key string) int64 {
 		k := "fg:{cl/" + rule + ":" + key + "}:f"
 		for _, n := range cl.Nodes {
-			if v, err := n.Do("GET", k); err == nil && v != "" {
-				c, _ := strconv.ParseInt(strings.Fields(v)[1], 10, 64)
-				return c
+			if v, err := n.Do("GET", k); err == nil && len(v) == 24 {
+				return int64(binary.LittleEndian.Uint64([]byte(v[8:16])))
 			}
 		}
 		return 0

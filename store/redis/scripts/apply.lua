@@ -61,13 +61,13 @@ local function addc(a, b)
   if a > MAX - b then return MAX end
   return a + b
 end
-local function num(x) return string.format('%.0f', x) end
+-- Numbers are passed to redis.call as they are: Redis 7 writes an integral
+-- double below 2^53 as its exact decimal digits.
 -- ttl is the relative expiry in ms (rounded up) of an instant exp in µs.
 local function ttl(exp)
   local ms = ceildiv(exp - now, 1000)
   if ms < 1 then ms = 1 end
-  ms = ms + slack
-  return num(ms)
+  return ms + slack
 end
 
 local ops = {}
@@ -91,6 +91,10 @@ for i = 1, nops do
 end
 local spentkey = KEYS[ki]
 
+-- Fixed windows, token buckets and GCRA keep their state (a, b, c) as three
+-- little-endian 64-bit integers in a string.
+local STATEFMT = '<i8i8i8'
+
 -- State access ------------------------------------------------------------
 
 local function load(op)
@@ -98,8 +102,7 @@ local function load(op)
   if k == 1 or k == 3 or k == 4 then
     local v = redis.call('GET', op.key)
     if v then
-      local a, b, c = string.match(v, '^(%S+) (%S+) (%S+)$')
-      op.a, op.b, op.c = tonumber(a), tonumber(b), tonumber(c)
+      op.a, op.b, op.c = struct.unpack(STATEFMT, v)
       op.live, op.exists = true, true
     end
   elseif k == 2 then
@@ -256,12 +259,12 @@ local function normalize(op)
     end
     if op.c ~= op.limit then op.c, op.dirty = op.limit, true end
   else
-    local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', num(now))
+    local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', now)
     if #ids > 0 then
       local ns = hmget(op.key, ids)
       local removed = 0
       for j = 1, #ns do removed = removed + ns[j] end
-      redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', num(now))
+      redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', now)
       for s = 1, #ids, 1000 do
         redis.call('HDEL', op.key, unpack(ids, s, math.min(s + 999, #ids)))
       end
@@ -354,8 +357,8 @@ local function take(op, n)
     op.a, op.b = now + q, d - q * op.limit
     return now
   else
-    redis.call('ZADD', op.lkey, num(now + op.window), ticket)
-    redis.call('HSET', op.key, ticket, num(n))
+    redis.call('ZADD', op.lkey, now + op.window, ticket)
+    redis.call('HSET', op.key, ticket, n)
     op.a = addc(op.a, n)
   end
   return 0
@@ -449,16 +452,16 @@ local function persist(op)
   end
   if not op.dirty then return end
   if k == 1 or k == 3 or k == 4 then
-    redis.call('SET', op.key, num(op.a) .. ' ' .. num(op.b) .. ' ' .. num(op.c), 'PX', ttl(exp))
+    redis.call('SET', op.key, struct.pack(STATEFMT, op.a, op.b, op.c), 'PX', ttl(exp))
   elseif k == 2 then
     if op.clear and op.exists then redis.call('DEL', op.key) end
-    local set = {'a', num(op.a), 'b', num(op.b), 'k', num(op.buckets)}
+    local set = {'a', op.a, 'b', op.b, 'k', op.buckets}
     local del = {}
     for i in pairs(op.changed) do
       local v = op.ring[i]
       if v ~= 0 then
         set[#set + 1] = tostring(i)
-        set[#set + 1] = num(v)
+        set[#set + 1] = v
       elseif not op.clear then
         del[#del + 1] = tostring(i)
       end
@@ -470,7 +473,7 @@ local function persist(op)
     redis.call('PEXPIRE', op.key, ttl(exp))
   else
     local ms = ttl(exp)
-    redis.call('HSET', op.key, 'n', num(op.a))
+    redis.call('HSET', op.key, 'n', op.a)
     redis.call('PEXPIRE', op.key, ms)
     redis.call('PEXPIRE', op.lkey, ms)
   end
