@@ -72,20 +72,25 @@ end
 
 local ops = {}
 local ki = 1
+local haverings, haveleases = false, false
 local OPFMT = '<i8i8i8i8i8i8i8i8i8i8i8i8'
 for i = 1, nops do
   local kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3
   kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3, pos = struct.unpack(OPFMT, blob, pos)
+  -- Flags (live, exists, dirty, ok, never, took) start nil, meaning false.
   local op = {
     kind = kind, limit = limit, window = window, burst = burst, buckets = buckets, align = align,
-    shadow = shadow == 1, stamp = stamp, bounds = {b0, b1, b2, b3},
-    key = KEYS[ki], a = 0, b = 0, c = 0, live = false, exists = false, dirty = false,
-    ok = false, never = false, retry = 0, rem = 0, reset = 0, out = 0, took = false,
+    shadow = shadow == 1, stamp = stamp, key = KEYS[ki], a = 0, b = 0, c = 0,
+    retry = 0, rem = 0, reset = 0, out = 0,
   }
   ki = ki + 1
-  if op.kind == 5 then
+  if align >= 2 then op.bounds = {b0, b1, b2, b3} end
+  if kind == 5 then
     op.lkey = KEYS[ki]
     ki = ki + 1
+    haveleases = true
+  elseif kind == 2 then
+    haverings = true
   end
   ops[i] = op
 end
@@ -121,59 +126,70 @@ local function load(op)
   end
 end
 
--- Sliding-window ring buckets are hash fields named by their index.
-local function ring(op, i)
-  local v = op.ring[i]
-  if v == nil then
-    if op.clear or op.full then
-      v = 0
-    else
-      v = tonumber(redis.call('HGET', op.key, tostring(i))) or 0
+-- Helpers of sliding windows and concurrency leases are made only for
+-- batches that have such rules: making closures is a good part of a short
+-- script's cost.
+local ring, setring, loadring, clearsliding, hmget, unheld
+if haverings or haveleases then
+  -- Sliding-window ring buckets are hash fields named by their index.
+  ring = function(op, i)
+    local v = op.ring[i]
+    if v == nil then
+      if op.clear or op.full then
+        v = 0
+      else
+        v = tonumber(redis.call('HGET', op.key, tostring(i))) or 0
+      end
+      op.ring[i] = v
     end
+    return v
+  end
+  setring = function(op, i, v)
     op.ring[i] = v
+    op.changed[i] = true
+    op.dirty = true
   end
-  return v
-end
-local function setring(op, i, v)
-  op.ring[i] = v
-  op.changed[i] = true
-  op.dirty = true
-end
-local function loadring(op)
-  if op.clear or op.full then return end
-  local all = redis.call('HGETALL', op.key)
-  for j = 1, #all, 2 do
-    local i = tonumber(all[j])
-    if i ~= nil and op.ring[i] == nil then op.ring[i] = tonumber(all[j + 1]) end
+  loadring = function(op)
+    if op.clear or op.full then return end
+    local all = redis.call('HGETALL', op.key)
+    for j = 1, #all, 2 do
+      local i = tonumber(all[j])
+      if i ~= nil and op.ring[i] == nil then op.ring[i] = tonumber(all[j + 1]) end
+    end
+    op.full = true
   end
-  op.full = true
-end
 
--- hmget reads fields of a hash in chunks that fit Lua's stack.
-local function hmget(key, fields)
-  local out = {}
-  for s = 1, #fields, 1000 do
-    local e = math.min(s + 999, #fields)
-    local part = redis.call('HMGET', key, unpack(fields, s, e))
-    for j = 1, #part do out[#out + 1] = tonumber(part[j]) or 0 end
+  -- hmget reads fields of a hash in chunks that fit Lua's stack.
+  hmget = function(key, fields)
+    local out = {}
+    for s = 1, #fields, 1000 do
+      local e = math.min(s + 999, #fields)
+      local part = redis.call('HMGET', key, unpack(fields, s, e))
+      for j = 1, #part do out[#out + 1] = tonumber(part[j]) or 0 end
+    end
+    return out
   end
-  return out
-end
 
--- unheld lowers a concurrency key's slots held by the leases just removed.
--- A sum that saturated at MAX cannot be kept by subtraction: it is then
--- summed again from the leases left.
-local function unheld(op, removed)
-  if op.a < MAX then
-    op.a = op.a - removed
-    return
+  -- unheld lowers a concurrency key's slots held by the leases just removed.
+  -- A sum that saturated at MAX cannot be kept by subtraction: it is then
+  -- summed again from the leases left.
+  unheld = function(op, removed)
+    if op.a < MAX then
+      op.a = op.a - removed
+      return
+    end
+    local all = redis.call('HGETALL', op.key)
+    local sum = 0
+    for j = 1, #all, 2 do
+      if all[j] ~= 'n' then sum = addc(sum, tonumber(all[j + 1])) end
+    end
+    op.a = sum
   end
-  local all = redis.call('HGETALL', op.key)
-  local sum = 0
-  for j = 1, #all, 2 do
-    if all[j] ~= 'n' then sum = addc(sum, tonumber(all[j + 1])) end
+
+  clearsliding = function(op, cur)
+    op.clear, op.full, op.ring = true, true, {}
+    op.a, op.b, op.live, op.dirty = cur, 0, true, true
   end
-  op.a = sum
 end
 
 -- Windows -----------------------------------------------------------------
@@ -193,11 +209,6 @@ local function window(op)
 end
 
 -- Normalize ---------------------------------------------------------------
-
-local function clearsliding(op, cur)
-  op.clear, op.full, op.ring = true, true, {}
-  op.a, op.b, op.live, op.dirty = cur, 0, true, true
-end
 
 local function normalize(op)
   local k = op.kind
