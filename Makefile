@@ -14,10 +14,12 @@ check:
 	staticcheck ./...
 
 # Benchmarks. BENCHTIME and COUNT trade time for less noise; results are
-# ratios within one run (see docs/benchmarks.md). Raw output and markdown
+# ratios within one run (see docs/benchmarks.md). Each target builds its test
+# binary once and runs the whole set COUNT times in rounds, so that every
+# contender sees the same spread of machine load. Raw output and markdown
 # tables go to BENCH_OUT.
-BENCHTIME ?= 500ms
-COUNT ?= 5
+BENCHTIME ?= 300ms
+COUNT ?= 8
 BENCH_OUT ?= $(CURDIR)/bench/results
 
 .PHONY: bench bench-compare
@@ -25,12 +27,20 @@ BENCH_OUT ?= $(CURDIR)/bench/results
 # In-repo benchmarks of the memory store through the Limiter API.
 bench:
 	mkdir -p $(BENCH_OUT)
-	go test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) ./store/memory > $(BENCH_OUT)/memory.txt || { cat $(BENCH_OUT)/memory.txt; exit 1; }
+	go test -c -o $(BENCH_OUT)/memory.test ./store/memory
+	rm -f $(BENCH_OUT)/memory.txt
+	for i in $$(seq $(COUNT)); do \
+		$(BENCH_OUT)/memory.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime=$(BENCHTIME) >> $(BENCH_OUT)/memory.txt || exit 1; \
+	done
 	cd bench && go run ./cmd/benchtable -base rules=1/keys=10k < $(BENCH_OUT)/memory.txt | tee $(BENCH_OUT)/memory.md
 
 # floodgate's memory store against peer Go limiters (the bench/ module), as a
 # markdown table of medians with ratios to floodgate's token bucket.
 bench-compare:
 	mkdir -p $(BENCH_OUT)
-	cd bench && go test -run '^$$' -bench Compare -benchmem -benchtime=$(BENCHTIME) -count=$(COUNT) . > $(BENCH_OUT)/compare.txt || { cat $(BENCH_OUT)/compare.txt; exit 1; }
+	cd bench && go test -c -o $(BENCH_OUT)/compare.test .
+	rm -f $(BENCH_OUT)/compare.txt
+	for i in $$(seq $(COUNT)); do \
+		$(BENCH_OUT)/compare.test -test.run '^$$' -test.bench '^BenchmarkCompare$$' -test.benchmem -test.benchtime=$(BENCHTIME) >> $(BENCH_OUT)/compare.txt || exit 1; \
+	done
 	cd bench && go run ./cmd/benchtable -base floodgate/token_bucket < $(BENCH_OUT)/compare.txt | tee $(BENCH_OUT)/compare.md
