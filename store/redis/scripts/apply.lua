@@ -70,10 +70,189 @@ local function ttl(exp)
   return ms + slack
 end
 
+local OPFMT = '<i8i8i8i8i8i8i8i8i8i8i8i8'
+-- Fixed windows, token buckets and GCRA keep their state (a, b, c) as three
+-- little-endian 64-bit integers in a string.
+local STATEFMT = '<i8i8i8'
+
+-- Fast path ---------------------------------------------------------------
+-- Consumes and peeks whose rules are all fixed windows, token buckets or
+-- GCRA (most decisions) run here: the same arithmetic as the general code
+-- below, written out in one place. Making the general code's helper closures
+-- and per-rule tables costs the server more than these algorithms do. The
+-- conformance suite and the differential test run both paths.
+if mode <= 1 then
+  local fops = {}
+  local p = pos
+  for i = 1, nops do
+    local kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3
+    kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3, p = struct.unpack(OPFMT, blob, p)
+    if kind == 2 or kind == 5 then
+      fops = nil
+      break
+    end
+    -- o: kind limit window burst align shadow b0 b1 b2 b3, then the state
+    -- a b c exists dirty and the answer ok never retry
+    fops[i] = {kind, limit, window, burst, align, shadow == 1, b0, b1, b2, b3}
+  end
+  if fops then
+    local allowed = true
+    for i = 1, nops do
+      local o = fops[i]
+      local kind, limit, window, burst = o[1], o[2], o[3], o[4]
+      local a, b, c, exists, dirty = 0, 0, 0, false, false
+      local v = redis.call('GET', KEYS[i])
+      if v then
+        a, b, c = struct.unpack(STATEFMT, v)
+        exists = true
+      end
+      local ok, never, retry = false, false, 0
+      if kind == 1 then
+        if not exists or now >= c then
+          local align, s, e = o[5], nil, nil
+          if align == 1 then
+            s = fdiv(now, window) * window
+            e = s + window
+          elseif align >= 2 then
+            for j = 7, 9 do
+              if o[j] <= now and now < o[j + 1] then
+                s, e = o[j], o[j + 1]
+                break
+              end
+            end
+            if not s then return {-1, now} end
+          else
+            s, e = now, now + window
+          end
+          a, b, c, dirty = s, 0, e, true
+        end
+        if cost > limit then
+          never = true
+        elseif b + cost <= limit then
+          ok = true
+        else
+          retry = c - now
+        end
+      elseif kind == 3 then
+        if not exists then
+          a, b, c, dirty = burst, 0, now, true
+        elseif now <= c then
+          if a >= burst then a, b, dirty = burst, 0, true end
+        else
+          local el = now - c
+          c, dirty = now, true
+          if a >= burst then
+            a, b = burst, 0
+          else
+            b = math.min(b, window - 1)
+            if el >= ceildiv((burst - a) * window - b, limit) then
+              a, b = burst, 0
+            else
+              local acc = b + el * limit
+              local q = fdiv(acc, window)
+              a, b = a + q, acc - q * window
+            end
+          end
+        end
+        if cost > burst then
+          never = true
+        elseif a >= cost then
+          ok = true
+        else
+          retry = math.max(0, c - now) + ceildiv((cost - a) * window - b, limit)
+        end
+      else
+        if not exists or a < now then
+          a, b, dirty = now, 0, true
+        elseif c ~= limit and b ~= 0 then
+          a, b, dirty = a + 1, 0, true
+        end
+        if c ~= limit then c, dirty = limit, true end
+        if cost > burst then
+          never = true
+        else
+          local over = (a - now) * limit + b + cost * window - burst * window
+          if over <= 0 then ok = true else retry = ceildiv(over, limit) end
+        end
+      end
+      if not ok and not o[6] then allowed = false end
+      o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18] = a, b, c, exists, dirty, ok, never, retry
+    end
+    local out = {(allowed and mode == 0) and 1 or 0, now}
+    for i = 1, nops do
+      local o = fops[i]
+      local kind, limit, window, burst = o[1], o[2], o[3], o[4]
+      local a, b, c, exists, dirty, ok = o[11], o[12], o[13], o[14], o[15], o[16]
+      local stamp, took = 0, 0
+      if mode == 0 and allowed and ok then
+        took, dirty = 1, true
+        local n = math.min(cost, MAX)
+        if kind == 1 then
+          b = addc(b, n)
+          stamp = a
+        elseif kind == 3 then
+          a = a - n
+          local lowest = burst - fdiv(MAX, window)
+          if a < lowest then a = lowest end
+          stamp = now
+        else
+          local debt = 0
+          if a >= now then debt = (a - now) * limit + b end
+          local m = math.min(n, fdiv(MAX, window) + burst)
+          local d = math.min(debt + m * window, MAX + burst * window)
+          local q = fdiv(d, limit)
+          a, b = now + q, d - q * limit
+          stamp = now
+        end
+      end
+      local rem, reset, exp
+      if kind == 1 then
+        if b == 0 and o[5] == 0 then
+          rem, reset = limit, 0
+        else
+          rem, reset = math.max(0, limit - b), c - now
+        end
+        if b == 0 then exp = now else exp = c end
+      elseif kind == 3 then
+        rem = math.min(math.max(0, a), burst)
+        if a >= burst then
+          reset = 0
+        else
+          reset = math.max(0, c - now) + ceildiv((burst - a) * window - b, limit)
+        end
+        exp = now + reset
+      else
+        local d = 0
+        if a >= now then d = (a - now) * limit + b end
+        local x = burst * window - d
+        rem = 0
+        if x > 0 then rem = fdiv(x, window) end
+        reset = ceildiv(d, limit)
+        exp = now + reset
+      end
+      if exp <= now then
+        if exists then redis.call('DEL', KEYS[i]) end
+      elseif dirty then
+        redis.call('SET', KEYS[i], struct.pack(STATEFMT, a, b, c), 'PX', ttl(exp))
+      end
+      local never = o[17] and 1 or 0
+      out[#out + 1] = ok and 1 or 0
+      out[#out + 1] = never
+      out[#out + 1] = o[18]
+      out[#out + 1] = rem
+      out[#out + 1] = reset
+      out[#out + 1] = stamp
+      out[#out + 1] = took
+    end
+    return out
+  end
+end
+
+-- General path ------------------------------------------------------------
+
 local ops = {}
 local ki = 1
 local haverings, haveleases = false, false
-local OPFMT = '<i8i8i8i8i8i8i8i8i8i8i8i8'
 for i = 1, nops do
   local kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3
   kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3, pos = struct.unpack(OPFMT, blob, pos)
@@ -95,10 +274,6 @@ for i = 1, nops do
   ops[i] = op
 end
 local spentkey = KEYS[ki]
-
--- Fixed windows, token buckets and GCRA keep their state (a, b, c) as three
--- little-endian 64-bit integers in a string.
-local STATEFMT = '<i8i8i8'
 
 -- State access ------------------------------------------------------------
 
