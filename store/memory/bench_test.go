@@ -20,6 +20,7 @@ package memory_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -294,4 +295,68 @@ func BenchmarkEviction(b *testing.B) {
 		b.Fatal(err)
 	}
 	runDecisions(b, l, attrs, false)
+}
+
+// TestSameKeyUnderManyRules keeps several rules' state for one key value
+// side by side (the store indexes a key once and chains its rules), and
+// checks that each rule counts on its own and that keys expire and are
+// forgotten one rule at a time.
+func TestSameKeyUnderManyRules(t *testing.T) {
+	clock := floodgate.NewManualClock(time.Unix(1_700_000_000, 0))
+	st := memory.New(&memory.Options{Shards: 1, SweepInterval: -1})
+	defer st.Close()
+	rules := []floodgate.Rule{
+		{Name: "short", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"user"}},
+		{Name: "medium", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}},
+		{Name: "long", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}},
+	}
+	l, err := floodgate.New("chain", st, rules, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := floodgate.Attributes{"user": "alice"}
+	remaining := func() []int64 {
+		d, err := l.Peek(ctx, a, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, r := range d.Rules() {
+			out = append(out, r.Remaining)
+		}
+		return out
+	}
+	if d := l.Allow(ctx, a); !d.Allowed {
+		t.Fatal("first request denied")
+	}
+	if got, want := st.Len(), 3; got != want {
+		t.Fatalf("Len() = %d after one request under 3 rules, want %d", got, want)
+	}
+	if got, want := fmt.Sprint(remaining()), "[0 1 2]"; got != want {
+		t.Fatalf("remaining = %s, want %s", got, want)
+	}
+	clock.Advance(2 * time.Second) // the short window rolls
+	if d := l.Allow(ctx, a); !d.Allowed {
+		t.Fatal("second request denied")
+	}
+	clock.Advance(2 * time.Minute) // the short and medium windows roll
+	if got, want := fmt.Sprint(remaining()), "[1 2 1]"; got != want {
+		t.Fatalf("remaining = %s, want %s", got, want)
+	}
+	if got, want := st.Len(), 1; got != want {
+		t.Fatalf("Len() = %d with only the long window live, want %d", got, want)
+	}
+	if d := l.Allow(ctx, a); !d.Allowed || d.Remaining != 0 || d.Rule != "long" {
+		t.Fatalf("third request: Allowed=%v Remaining=%d Rule=%q, want true 0 long", d.Allowed, d.Remaining, d.Rule)
+	}
+	if d := l.Allow(ctx, a); d.Allowed || d.Rule != "long" {
+		t.Fatalf("fourth request: Allowed=%v Rule=%q, want denied by long", d.Allowed, d.Rule)
+	}
+	if err := l.Reset(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Len(); got != 0 {
+		t.Fatalf("Len() = %d after Reset, want 0", got)
+	}
 }

@@ -53,27 +53,28 @@ var (
 	_ floodgate.InProcess = (*Store)(nil)
 )
 
-type mkey struct{ scope, key string }
-
 // entry is one key's slot. The fields a decision reads and writes come
-// first: the expiry, the flags and the head of the algorithm state (Live,
-// A, B, C) fill the first 48 bytes, so with the 128-byte entries of a
-// 64-byte-aligned slice a decision on a cold key misses on one cache line,
-// not two. The key itself is read only by eviction and removal.
+// first: the expiry, the flags, the chain link, the scope and the head of the
+// algorithm state (Live, A, B, C) fill the first 64 bytes, so with the
+// 128-byte entries of a 64-byte-aligned slice a decision on a cold key
+// misses on one cache line, not two.
 type entry struct {
-	exp int64 // µs; the state means "absent" from then on
-	ref bool  // used since the eviction hand last passed
-	pin bool  // part of the batch being applied
-	use bool  // slot holds a key
-	st  algo.State
-	k   mkey
+	exp   int64 // µs; the state means "absent" from then on
+	ref   bool  // used since the eviction hand last passed
+	pin   bool  // part of the batch being applied
+	use   bool  // slot holds a key
+	next  int32 // next slot holding the same key under another scope, or -1
+	scope string
+	st    algo.State
+	key   string
 }
 
 // shard is one lock's worth of keys. Entries live in a slice indexed by the
 // map, so the steady state allocates nothing and the GC sees few pointers.
 type shard struct {
 	mu      sync.Mutex
-	index   map[mkey]int32
+	index   map[string]int32 // key → first slot of its chain (see find)
+	n       int              // keys held
 	entries []entry
 	free    []int32
 	hand    int
@@ -119,7 +120,7 @@ func New(opts *Options) *Store {
 		if i < extra {
 			s.shards[i].cap++
 		}
-		s.shards[i].index = make(map[mkey]int32)
+		s.shards[i].index = make(map[string]int32)
 		s.shards[i].spent = make(map[uint64]int64)
 	}
 	interval := opts.SweepInterval
@@ -158,7 +159,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.index)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -223,16 +224,15 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 		if now > sh.now {
 			sh.now = now
 		}
-		k := mkey{op.Scope, op.Key}
-		j, ok := sh.index[k]
-		if ok {
+		j := sh.find(op.Scope, op.Key)
+		if j >= 0 {
 			sh.entries[j].ref = true
 		} else {
 			if b.Mode == floodgate.ModeReset || b.Mode == floodgate.ModeRefund {
 				idx = append(idx, -1)
 				continue
 			}
-			j = sh.insert(k, now) // a new key earns its second chance by reuse
+			j = sh.insert(op.Scope, op.Key, now) // a new key earns its second chance by reuse
 		}
 		sh.entries[j].pin = true
 		idx = append(idx, j)
@@ -263,12 +263,11 @@ func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 	if now > sh.now {
 		sh.now = now
 	}
-	k := mkey{op.Scope, op.Key}
-	j, found := sh.index[k]
-	if found {
+	j := sh.find(op.Scope, op.Key)
+	if j >= 0 {
 		sh.entries[j].ref = true
 	} else {
-		j = sh.insert(k, now)
+		j = sh.insert(op.Scope, op.Key, now)
 	}
 	e := &sh.entries[j]
 	p := toAlgo(&op.Params)

@@ -2,9 +2,56 @@ package memory
 
 import "time"
 
-// insert adds k to the shard, evicting a key if the shard is full, and
-// returns its slot. The caller holds sh.mu.
-func (sh *shard) insert(k mkey, now int64) int32 {
+// The index maps a key string to the first slot of a chain, linked by
+// entry.next, of the slots holding that key under different scopes (rules).
+// Keying the map by the key alone hashes one string per look-up instead of
+// two; the chain is one slot long unless several rules of the store key on
+// the same value, and its scope comparisons are pointer-equal in the common
+// case (a rule's scope is one string).
+
+// find returns the slot of key under scope, or -1. The caller holds sh.mu.
+func (sh *shard) find(scope, key string) int32 {
+	j, ok := sh.index[key]
+	if !ok {
+		return -1
+	}
+	for j >= 0 {
+		e := &sh.entries[j]
+		if e.scope == scope {
+			return j
+		}
+		j = e.next
+	}
+	return -1
+}
+
+// unlink takes slot j, which holds a key, out of its key's chain. The caller
+// holds sh.mu.
+func (sh *shard) unlink(j int32) {
+	e := &sh.entries[j]
+	head, ok := sh.index[e.key]
+	switch {
+	case !ok:
+		return
+	case head == j && e.next < 0:
+		delete(sh.index, e.key)
+	case head == j:
+		sh.index[e.key] = e.next
+	default:
+		for p := head; p >= 0; p = sh.entries[p].next {
+			if sh.entries[p].next == j {
+				sh.entries[p].next = e.next
+				break
+			}
+		}
+	}
+	e.next = -1
+}
+
+// insert adds key under scope to the shard, evicting a key if the shard is
+// full, and returns its slot. The key must not be present. The caller holds
+// sh.mu.
+func (sh *shard) insert(scope, key string, now int64) int32 {
 	var j int32
 	switch {
 	case len(sh.free) > 0:
@@ -17,9 +64,14 @@ func (sh *shard) insert(k mkey, now int64) int32 {
 		j = sh.evict(now)
 	}
 	e := &sh.entries[j]
-	e.k, e.use, e.exp, e.ref, e.pin = k, true, 0, false, false
+	e.scope, e.key, e.use, e.exp, e.ref, e.pin = scope, key, true, 0, false, false
 	e.st.Reset()
-	sh.index[k] = j
+	e.next = -1
+	if head, ok := sh.index[key]; ok {
+		e.next = head
+	}
+	sh.index[key] = j
+	sh.n++
 	return j
 }
 
@@ -43,8 +95,9 @@ func (sh *shard) evict(now int64) int32 {
 			e.ref = false
 			continue
 		}
-		delete(sh.index, e.k)
+		sh.unlink(int32(j))
 		e.use = false
+		sh.n--
 		return int32(j)
 	}
 	// Every key is pinned: only possible when a single batch holds more
@@ -59,8 +112,9 @@ func (sh *shard) remove(j int32) {
 	if !e.use {
 		return
 	}
-	delete(sh.index, e.k)
-	e.use, e.k = false, mkey{}
+	sh.unlink(j)
+	e.use, e.scope, e.key = false, "", ""
+	sh.n--
 	sh.free = append(sh.free, j)
 }
 
