@@ -37,6 +37,7 @@ type Server struct {
 
 	t     testing.TB
 	dir   string
+	conf  string // a configuration file, for Sentinel
 	extra []string
 
 	mu   sync.Mutex
@@ -116,6 +117,10 @@ func (s *Server) start() error {
 		"--daemonize", "no", "--loglevel", "warning",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
 	}
+	if s.conf != "" {
+		args = []string{s.conf, "--sentinel", "--daemonize", "no", "--loglevel", "warning",
+			"--logfile", filepath.Join(s.dir, "redis.log")}
+	}
 	args = append(args, s.extra...)
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
@@ -134,8 +139,9 @@ func (s *Server) start() error {
 			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, strings.TrimSpace(string(log)))
 		default:
 		}
-		if r, err := s.Do("PING"); err == nil && r == "PONG" {
-			return nil
+		r, err := s.Do("PING")
+		if err == nil && r == "PONG" || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
+			return nil // NOAUTH: up, with a password
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -281,6 +287,31 @@ func readReply(r *bufio.Reader) (string, error) {
 		return strings.Join(parts, "\n"), nil
 	}
 	return "", fmt.Errorf("redistest: unexpected reply %q", line)
+}
+
+// StartSentinel starts a Redis Sentinel (redis-server --sentinel) that
+// monitors master under the name "mymaster" with a quorum of 1, and stops it
+// when t ends.
+func StartSentinel(t testing.TB, master *Server) *Server {
+	t.Helper()
+	requireBinaries(t)
+	var last error
+	for range 5 {
+		port := freePort(t, false)
+		s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, s.dir, master.Port)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.conf = conf
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: cannot start redis sentinel: %v", last)
+	return nil
 }
 
 // Cluster is a Redis Cluster of three masters without replicas.

@@ -227,3 +227,63 @@ func TestCluster(t *testing.T) {
 	}
 	t.Logf("admitted %d + %d of %d", a0, a1, requests)
 }
+
+// TestConnectionOptions connects over a unix socket with a password, and
+// with an ACL user and password in the URL, and makes a decision each way.
+func TestConnectionOptions(t *testing.T) {
+	sock := t.TempDir() + "/redis.sock"
+	srv := redistest.Start(t, "--unixsocket", sock, "--unixsocketperm", "700", "--requirepass", "secret")
+	for _, tc := range []struct {
+		name string
+		opts *redis.Options
+	}{
+		{"unix+password", &redis.Options{URL: "unix://" + sock, Password: "secret"}},
+		{"url-user", &redis.Options{URL: "redis://default:secret@" + srv.Addr + "/2"}},
+		{"bad-password", &redis.Options{URL: "redis://" + srv.Addr, Password: "wrong"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := redis.New(tc.opts)
+			if tc.name == "bad-password" {
+				if err == nil {
+					s.Close()
+					t.Fatal("connected with a wrong password")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			lim, err := floodgate.New("conn", s, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour}}, patient)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := lim.Allow(context.Background(), nil); !d.Allowed || d.Reason != floodgate.ReasonNone {
+				t.Fatalf("first decision: %+v", d)
+			}
+		})
+	}
+}
+
+// TestSentinel finds the master through a Sentinel and makes decisions on it.
+func TestSentinel(t *testing.T) {
+	master := redistest.Start(t)
+	sentinel := redistest.StartSentinel(t, master)
+	s, err := redis.New(&redis.Options{Sentinel: &redis.Sentinel{Master: "mymaster", Addrs: []string{sentinel.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lim, err := floodgate.New("sentinel", s, []floodgate.Rule{{Name: "r", Algorithm: floodgate.TokenBucket, Limit: 2, Window: time.Hour}}, patient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if d := lim.Allow(context.Background(), nil); d.Allowed != (i < 2) || d.Reason == floodgate.ReasonStore {
+			t.Fatalf("decision %d: %+v", i, d)
+		}
+	}
+	if n := master.MustDo("DBSIZE"); n != "1" {
+		t.Fatalf("master holds %s keys, want 1", n)
+	}
+}
