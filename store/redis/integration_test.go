@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/redis"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // serverStore returns a store on srv that uses the server's clock, as in
@@ -285,5 +286,16 @@ func TestSentinel(t *testing.T) {
 	}
 	if n := master.MustDo("DBSIZE"); n != "1" {
 		t.Fatalf("master holds %s keys, want 1", n)
+	}
+}
+
+// TestGoRedisRing refuses a go-redis Ring, which could count one rule key on
+// several shards.
+func TestGoRedisRing(t *testing.T) {
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	if s, err := redis.New(&redis.Options{GoRedis: ring}); err == nil {
+		s.Close()
+		t.Fatal("a Ring was accepted")
 	}
 }

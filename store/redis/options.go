@@ -64,12 +64,15 @@ type Options struct {
 	// leaves the client open.
 	Client rueidis.Client
 	// GoRedis, when set (and Client is not), is an existing go-redis client
-	// to use instead: a *goredis.Client, *goredis.ClusterClient (then the
-	// store splits cross-slot decisions), a failover client, or an
-	// *goredis.AutoPipeliner. Close leaves it open. go-redis's
-	// auto-pipeliner does not honour per-call deadlines, so prefer a plain
-	// client with it; rueidis is the default because it measured faster
-	// (see docs/redis.md).
+	// to use instead: a *goredis.Client, a failover client, a
+	// *goredis.ClusterClient (pass the ClusterClient itself, so the store
+	// knows to split decisions by slot) or an *goredis.AutoPipeliner over a
+	// single node. A Ring is refused: it routes a script by its first key
+	// alone, so one rule key could be counted on several shards. Close
+	// leaves the client open. go-redis's auto-pipeliner does not honour
+	// per-call deadlines (a hung Redis holds decisions past the limiter's
+	// deadline); rueidis is the default because it measured faster and
+	// does (see docs/redis.md).
 	GoRedis goredis.Scripter
 
 	// UseBatchTime makes the scripts use Batch.Now (the limiter's clock)

@@ -54,6 +54,11 @@ func New(opts *Options) (*Store, error) {
 	case opts.Client != nil:
 		s.run = &rueidisRunner{c: opts.Client}
 	case opts.GoRedis != nil:
+		if _, ring := opts.GoRedis.(*goredis.Ring); ring {
+			// A Ring routes a script by its first key alone, so one rule
+			// key could be counted on several shards.
+			return nil, errors.New("redis: a go-redis Ring cannot hold floodgate's state; use a Client, a ClusterClient or a failover client")
+		}
 		s.run = &goRedisRunner{c: opts.GoRedis}
 	default:
 		co, err := clientOption(opts)
