@@ -66,10 +66,11 @@ func (c *denyCache) lookup(op *floodgate.Op, cost, now int64) (denial, bool) {
 	return d, true
 }
 
-// deny answers b locally when one of its enforced rules is known to deny
-// its cost now, and reports whether it did. Rules found in the cache report
-// the cached denial; the other rules, not evaluated, report admitted with
-// their full limit.
+// deny answers the consume b locally when one of its enforced rules is
+// known to deny its cost now, and reports whether it did. Rules found in
+// the cache report the cached denial; the other rules, not evaluated,
+// report admitted with their full limit (meaning "not consulted"). It is
+// never used for peeks or records, which must report true state.
 func (c *denyCache) deny(b *floodgate.Batch, now int64) bool {
 	hit := false
 	for i := range b.Ops {

@@ -24,7 +24,7 @@ func TestDenyCache(t *testing.T) {
 	defer store.Close()
 	lim, err := floodgate.New("cache", store, []floodgate.Rule{
 		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}},
-		{Name: "global", Algorithm: floodgate.TokenBucket, Limit: 1000, Window: time.Minute},
+		{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour},
 	}, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -53,15 +53,30 @@ func TestDenyCache(t *testing.T) {
 		if d.Allowed || d.Rule != "user" || d.Reason != floodgate.ReasonLimit {
 			t.Fatalf("flood: %+v, want denied by user", d)
 		}
-		if n, _ := lim.Peek(ctx, x, 2); n.Allowed {
-			t.Fatalf("peek at 2 admitted")
-		}
 	}
 	if d := lim.Allow(ctx, floodgate.Attributes{"user": "y"}); !d.Allowed {
 		t.Fatalf("another key: %+v", d)
 	}
 	if calls := srv.CommandCalls(); calls["evalsha"] != 1 {
 		t.Fatalf("script calls during the flood: %d, want 1 (the other key)", calls["evalsha"])
+	}
+	// Peeks are never answered from the cache: they report every rule's
+	// true state (global has 4 of its 1000 used: x's 3 and y's 1).
+	srv.MustDo("CONFIG", "RESETSTAT")
+	for range 3 {
+		n, err := lim.Peek(ctx, x, 2)
+		if err != nil || n.Allowed {
+			t.Fatalf("peek at 2: %+v, %v; want denied", n, err)
+		}
+		for _, r := range n.Rules() {
+			want := map[string]int64{"user": 0, "global": 996}[r.Name]
+			if r.Remaining != want {
+				t.Fatalf("peek: rule %s remaining %d, want %d", r.Name, r.Remaining, want)
+			}
+		}
+	}
+	if calls := srv.CommandCalls(); calls["evalsha"] != 3 {
+		t.Fatalf("script calls for 3 peeks: %d, want 3", calls["evalsha"])
 	}
 	d = lim.Allow(ctx, x)
 	if d.Allowed || d.RetryAfter != 40*time.Second {

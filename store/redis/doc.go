@@ -59,9 +59,14 @@
 // resets; other instances' refunds are not seen, so this instance stays
 // stricter until T, never looser), and clock drift (T is measured from the
 // local time the request was sent, so it lifts no later than the server's).
-// Locally denied decisions report the cached rules; the others are not
-// evaluated and report admitted with their full limit. Options.DenyCacheSize
-// bounds it or turns it off.
+// Only consumes are answered from the cache; peeks and records always go
+// to Redis, so they report every rule's true state (peeks still teach the
+// cache their denials). A locally denied consume reports the cached rules
+// exactly (remaining, retry and reset times); its other rules were not
+// evaluated: their per-rule detail says admitted, remaining = the rule's
+// full limit, no reset time. That detail means "not consulted", not the
+// rule's state; nothing was consumed from any rule, as for every denial.
+// Options.DenyCacheSize bounds the cache or turns it off.
 //
 // # Failure
 //

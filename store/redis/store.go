@@ -168,7 +168,9 @@ func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
 	b.Allowed = false
 	if s.cache != nil {
 		switch b.Mode {
-		case floodgate.ModeConsume, floodgate.ModePeek:
+		case floodgate.ModeConsume:
+			// Only consumes are answered from the cache: a peek or a record
+			// must see every rule's true state.
 			if s.cache.deny(b, local) {
 				return nil
 			}
@@ -190,6 +192,7 @@ func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
 		s.logger.Info("floodgate/redis: Redis reachable again; memory fallback off")
 	}
 	if s.cache != nil && (b.Mode == floodgate.ModeConsume || b.Mode == floodgate.ModePeek) {
+		// A peek's denials are exact too, so consumes may learn from them.
 		s.cache.learn(b, local)
 	}
 	return nil
