@@ -44,8 +44,9 @@ const DefaultTimeout = 50 * time.Millisecond
 
 // Options are a limiter's optional settings. The zero value is ready to use.
 type Options struct {
-	// Clock supplies the time of in-process stores; nil means the system
-	// clock.
+	// Clock supplies the time of in-process stores; nil means the wall
+	// clock read through a shared FastClock (see FastClock for how it
+	// differs from SystemClock).
 	Clock Clock
 	// FailurePolicy decides when the store cannot answer; default FailOpen.
 	FailurePolicy FailurePolicy
@@ -136,7 +137,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 		logger:   opts.Logger,
 	}
 	if l.clock == nil {
-		l.clock = SystemClock{}
+		l.clock = defaultClock
 	}
 	if l.timeout == 0 {
 		l.timeout = DefaultTimeout

@@ -1,0 +1,38 @@
+package floodgate
+
+import (
+	"testing"
+	"time"
+)
+
+// FastClock must agree with time.Now to well within a millisecond, on its
+// first reading (a re-read) and on later ones (monotonic plus offset).
+func TestFastClockTracksWallClock(t *testing.T) {
+	var c FastClock
+	for i := range 1000 {
+		before := time.Now()
+		got := c.Now()
+		after := time.Now()
+		if got.Before(before.Add(-time.Millisecond)) || got.After(after.Add(time.Millisecond)) {
+			t.Fatalf("reading %d: %v not within 1ms of [%v, %v]", i, got, before, after)
+		}
+	}
+}
+
+// A re-read happens once the resync interval has passed.
+func TestFastClockResyncs(t *testing.T) {
+	var c FastClock
+	c.Now()
+	first := c.sync.Load()
+	c.sync.Store(first - fastResync) // pretend a second has passed
+	c.Now()
+	if c.sync.Load() <= first-fastResync {
+		t.Fatal("no re-read after the resync interval")
+	}
+	// A stale offset (as after a wall-clock step) is replaced at the re-read.
+	c.off.Add(int64(time.Hour))
+	c.sync.Store(c.sync.Load() - fastResync)
+	if d := time.Until(c.Now()); d > time.Millisecond || d < -time.Millisecond {
+		t.Fatalf("after a re-read the clock is %v off", d)
+	}
+}
