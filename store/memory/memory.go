@@ -73,8 +73,10 @@ type entry struct {
 // map, so the steady state allocates nothing and the GC sees few pointers.
 type shard struct {
 	mu      sync.Mutex
-	index   map[string]int32 // key → first slot of its chain (see find)
-	n       int              // keys held
+	tab     []uint64 // the index: key → first slot of its chain (see find)
+	keys    int      // keys in tab (distinct key strings)
+	seed    maphash.Seed
+	n       int // keys held
 	entries []entry
 	free    []int32
 	hand    int
@@ -120,7 +122,7 @@ func New(opts *Options) *Store {
 		if i < extra {
 			s.shards[i].cap++
 		}
-		s.shards[i].index = make(map[string]int32)
+		s.shards[i].seed = s.seed
 		s.shards[i].spent = make(map[uint64]int64)
 	}
 	interval := opts.SweepInterval
@@ -165,12 +167,11 @@ func (s *Store) Len() int {
 	return n
 }
 
-// shardOf picks the shard of a key by the key alone: the same key of
-// different rules shares a shard, so a batch whose rules key on the same
-// attribute takes one lock, and one hash is computed instead of two.
-func (s *Store) shardOf(key string) int {
-	return int(maphash.String(s.seed, key) & s.mask)
-}
+// shardOf picks the shard of a key by its hash h (maphash.String with the
+// store's seed) alone: the same key of different rules shares a shard, so a
+// batch whose rules key on the same attribute takes one lock. The same hash
+// then indexes the key within its shard (see find).
+func (s *Store) shardOf(h uint64) int { return int(h & s.mask) }
 
 // maxInline is how many ops a batch may have before Apply allocates scratch.
 const maxInline = 8
@@ -188,14 +189,18 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 	}
 	var shardBuf, lockBuf [maxInline]int
 	var idxBuf [maxInline]int32
-	shardOf, locks, idx := shardBuf[:0], lockBuf[:0], idxBuf[:0]
+	var hashBuf [maxInline]uint64
+	shardOf, locks, idx, hashes := shardBuf[:0], lockBuf[:0], idxBuf[:0], hashBuf[:0]
 	if len(b.Ops) > maxInline {
+		hashes = make([]uint64, 0, len(b.Ops))
 		shardOf = make([]int, 0, len(b.Ops))
 		locks = make([]int, 0, len(b.Ops))
 		idx = make([]int32, 0, len(b.Ops))
 	}
 	for i := range b.Ops {
-		si := s.shardOf(b.Ops[i].Key)
+		h := maphash.String(s.seed, b.Ops[i].Key)
+		si := s.shardOf(h)
+		hashes = append(hashes, h)
 		shardOf = append(shardOf, si)
 		if !containsInt(locks, si) {
 			locks = append(locks, si)
@@ -224,7 +229,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 		if now > sh.now {
 			sh.now = now
 		}
-		j := sh.find(op.Scope, op.Key)
+		j := sh.find(hashes[i], op.Scope, op.Key)
 		if j >= 0 {
 			sh.entries[j].ref = true
 		} else {
@@ -232,7 +237,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 				idx = append(idx, -1)
 				continue
 			}
-			j = sh.insert(op.Scope, op.Key, now) // a new key earns its second chance by reuse
+			j = sh.insert(hashes[i], op.Scope, op.Key, now) // a new key earns its second chance by reuse
 		}
 		sh.entries[j].pin = true
 		idx = append(idx, j)
@@ -258,16 +263,17 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 // several shards and slots.
 func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 	op := &b.Ops[0]
-	sh := &s.shards[s.shardOf(op.Key)]
+	h := maphash.String(s.seed, op.Key)
+	sh := &s.shards[s.shardOf(h)]
 	sh.mu.Lock()
 	if now > sh.now {
 		sh.now = now
 	}
-	j := sh.find(op.Scope, op.Key)
+	j := sh.find(h, op.Scope, op.Key)
 	if j >= 0 {
 		sh.entries[j].ref = true
 	} else {
-		j = sh.insert(op.Scope, op.Key, now)
+		j = sh.insert(h, op.Scope, op.Key, now)
 	}
 	e := &sh.entries[j]
 	p := toAlgo(&op.Params)

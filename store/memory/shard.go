@@ -1,21 +1,54 @@
 package memory
 
-import "time"
+import (
+	"hash/maphash"
+	"time"
+)
 
-// The index maps a key string to the first slot of a chain, linked by
-// entry.next, of the slots holding that key under different scopes (rules).
-// Keying the map by the key alone hashes one string per look-up instead of
-// two; the chain is one slot long unless several rules of the store key on
-// the same value, and its scope comparisons are pointer-equal in the common
-// case (a rule's scope is one string).
+// The index maps a key to the first slot of a chain, linked by entry.next,
+// of the slots holding that key under different scopes (rules). It is an
+// open-addressing table with linear probing over the key's hash, which the
+// store computes once per op and also uses to pick the shard: one string
+// hash per look-up, where a Go map would hash the key again. Each element
+// packs the high 32 bits of the hash (its tag, whose low bits are also its
+// home position) and the slot + 1; 0 is an empty element. A tag match is
+// confirmed by comparing the slot's key. The chain is one slot long unless
+// several rules of the store key on the same value, and its scope
+// comparisons are pointer-equal in the common case (a rule's scope is one
+// string).
 
-// find returns the slot of key under scope, or -1. The caller holds sh.mu.
-func (sh *shard) find(scope, key string) int32 {
-	j, ok := sh.index[key]
-	if !ok {
+// minTable is the smallest index table.
+const minTable = 16
+
+func tagOf(h uint64) uint64 { return h >> 32 }
+
+// lookup returns the table position of key's element, or -1 when the key is
+// not indexed. The caller holds sh.mu.
+func (sh *shard) lookup(h uint64, key string) int {
+	if len(sh.tab) == 0 {
 		return -1
 	}
-	for j >= 0 {
+	mask := len(sh.tab) - 1
+	tag := tagOf(h)
+	for i := int(tag) & mask; ; i = (i + 1) & mask {
+		el := sh.tab[i]
+		if el == 0 {
+			return -1
+		}
+		if el>>32 == tag && sh.entries[int32(uint32(el))-1].key == key {
+			return i
+		}
+	}
+}
+
+// find returns the slot of key (whose hash is h) under scope, or -1. The
+// caller holds sh.mu.
+func (sh *shard) find(h uint64, scope, key string) int32 {
+	i := sh.lookup(h, key)
+	if i < 0 {
+		return -1
+	}
+	for j := int32(uint32(sh.tab[i])) - 1; j >= 0; {
 		e := &sh.entries[j]
 		if e.scope == scope {
 			return j
@@ -25,18 +58,80 @@ func (sh *shard) find(scope, key string) int32 {
 	return -1
 }
 
+// setHead makes slot j the head of the chain of key (hash h), adding the key
+// to the table if it is not there. It returns the previous head, or -1. The
+// caller holds sh.mu.
+func (sh *shard) setHead(h uint64, key string, j int32) int32 {
+	if i := sh.lookup(h, key); i >= 0 {
+		prev := int32(uint32(sh.tab[i])) - 1
+		sh.tab[i] = tagOf(h)<<32 | uint64(uint32(j+1))
+		return prev
+	}
+	if 2*(sh.keys+1) > len(sh.tab) {
+		sh.grow()
+	}
+	sh.place(tagOf(h)<<32 | uint64(uint32(j+1)))
+	sh.keys++
+	return -1
+}
+
+// place puts el in the first empty element from its home position.
+func (sh *shard) place(el uint64) {
+	mask := len(sh.tab) - 1
+	i := int(el>>32) & mask
+	for sh.tab[i] != 0 {
+		i = (i + 1) & mask
+	}
+	sh.tab[i] = el
+}
+
+// grow doubles the table (keeping it at most half full).
+func (sh *shard) grow() {
+	old := sh.tab
+	sh.tab = make([]uint64, max(minTable, 2*len(old)))
+	for _, el := range old {
+		if el != 0 {
+			sh.place(el)
+		}
+	}
+}
+
+// del empties table position i, shifting back the elements after it whose
+// probe sequence passed over it, so that no tombstones are needed.
+func (sh *shard) del(i int) {
+	mask := len(sh.tab) - 1
+	for j := (i + 1) & mask; sh.tab[j] != 0; j = (j + 1) & mask {
+		home := int(sh.tab[j]>>32) & mask
+		// Leave the element at j if its home lies cyclically in (i, j].
+		if i <= j {
+			if i < home && home <= j {
+				continue
+			}
+		} else if i < home || home <= j {
+			continue
+		}
+		sh.tab[i] = sh.tab[j]
+		i = j
+	}
+	sh.tab[i] = 0
+	sh.keys--
+}
+
 // unlink takes slot j, which holds a key, out of its key's chain. The caller
 // holds sh.mu.
 func (sh *shard) unlink(j int32) {
 	e := &sh.entries[j]
-	head, ok := sh.index[e.key]
-	switch {
-	case !ok:
+	h := maphash.String(sh.seed, e.key)
+	i := sh.lookup(h, e.key)
+	if i < 0 {
 		return
+	}
+	head := int32(uint32(sh.tab[i])) - 1
+	switch {
 	case head == j && e.next < 0:
-		delete(sh.index, e.key)
+		sh.del(i)
 	case head == j:
-		sh.index[e.key] = e.next
+		sh.tab[i] = tagOf(h)<<32 | uint64(uint32(e.next+1))
 	default:
 		for p := head; p >= 0; p = sh.entries[p].next {
 			if sh.entries[p].next == j {
@@ -51,7 +146,7 @@ func (sh *shard) unlink(j int32) {
 // insert adds key under scope to the shard, evicting a key if the shard is
 // full, and returns its slot. The key must not be present. The caller holds
 // sh.mu.
-func (sh *shard) insert(scope, key string, now int64) int32 {
+func (sh *shard) insert(h uint64, scope, key string, now int64) int32 {
 	var j int32
 	switch {
 	case len(sh.free) > 0:
@@ -66,11 +161,7 @@ func (sh *shard) insert(scope, key string, now int64) int32 {
 	e := &sh.entries[j]
 	e.scope, e.key, e.use, e.exp, e.ref, e.pin = scope, key, true, 0, false, false
 	e.st.Reset()
-	e.next = -1
-	if head, ok := sh.index[key]; ok {
-		e.next = head
-	}
-	sh.index[key] = j
+	e.next = sh.setHead(h, key, j)
 	sh.n++
 	return j
 }
