@@ -38,6 +38,9 @@ var benchClients = []struct {
 	{"rueidis", func(b *testing.B, addr string) *redis.Options {
 		return &redis.Options{URL: "redis://" + addr}
 	}},
+	{"rueidis-uncoalesced", func(b *testing.B, addr string) *redis.Options {
+		return &redis.Options{URL: "redis://" + addr, MaxCoalesce: 1}
+	}},
 	{"go-redis", func(b *testing.B, addr string) *redis.Options {
 		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
 		b.Cleanup(func() { c.Close() })
@@ -117,20 +120,23 @@ func runCallers(b *testing.B, srv *redistest.Server, callers int, f func(i uint6
 		b.Fatalf("%d of %d decisions not admitted", failed.Load(), n)
 	}
 	b.ReportMetric(float64(n)/el.Seconds(), "decisions/s")
-	if us, ok := serverMicros(srv); ok {
-		b.ReportMetric(us, "server-µs/call")
+	if calls, us, ok := serverCalls(srv); ok && calls > 0 {
+		b.ReportMetric(us/float64(n), "server-µs/decision")
+		b.ReportMetric(float64(n)/float64(calls), "decisions/call")
 	}
 }
 
-// serverMicros is the server's mean time per EVALSHA since the last
-// CONFIG RESETSTAT, from INFO commandstats.
-func serverMicros(srv *redistest.Server) (float64, bool) {
-	m := regexp.MustCompile(`cmdstat_evalsha:.*usec_per_call=([0-9.]+)`).FindStringSubmatch(srv.MustDo("INFO", "commandstats"))
+// serverCalls is the number of EVALSHA calls since the last CONFIG
+// RESETSTAT and the server's total time in them (µs), from INFO
+// commandstats. A coalesced call carries several decisions.
+func serverCalls(srv *redistest.Server) (calls int64, us float64, ok bool) {
+	m := regexp.MustCompile(`cmdstat_evalsha:calls=([0-9]+),usec=([0-9]+)`).FindStringSubmatch(srv.MustDo("INFO", "commandstats"))
 	if m == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	return v, err == nil
+	calls, err1 := strconv.ParseInt(m[1], 10, 64)
+	us, err2 := strconv.ParseFloat(m[2], 64)
+	return calls, us, err1 == nil && err2 == nil
 }
 
 // BenchmarkEvalshaCeiling measures the server's own ceiling for a trivial

@@ -12,6 +12,22 @@
 // a server that does not hold it (restarted, failed over, new) answers
 // NOSCRIPT and the call is repeated with EVAL, which loads it.
 //
+// # Coalescing
+//
+// On a single node or Sentinel master (with the default rueidis client),
+// concurrent decisions share script calls. A decision is sent at once,
+// alone, when fewer than two calls are in flight, so an idle store adds no
+// delay; while two are, decisions queue, and when a call returns the queue
+// (up to Options.MaxCoalesce decisions) goes out as the next call. The
+// script applies each decision in it atomically and independently, exactly
+// as alone: all or nothing per decision, not across decisions, and one
+// decision's error is its own. Each decision still costs at most one script
+// call (fewer on average) and one round trip. A caller whose deadline passes
+// while its decision waits or is in a call gets its error at once; a
+// decision already sent may still be applied, which leaves the limiter
+// stricter, never looser. The server's TIME is read once per call. Cluster
+// decisions are not coalesced.
+//
 // Time is the server's TIME, so instances with skewed clocks agree.
 // Options.UseBatchTime uses the limiter's clock instead (for tests with a
 // fake clock).

@@ -112,6 +112,47 @@ func TestOneCallPerDecision(t *testing.T) {
 	t.Logf("commands, with those the script ran: %v", calls)
 }
 
+// TestCoalescedCalls runs concurrent three-rule decisions on one store:
+// they may share script calls (never more calls than decisions, plus one
+// TIME per call), and admission stays exact.
+func TestCoalescedCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	store := serverStore(t, []string{srv.Addr}, false, nil)
+	const n, limit = 400, 250
+	lim, err := floodgate.New("coalesce", store, []floodgate.Rule{
+		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour, Key: []string{"user"}},
+		{Name: "tenant", Algorithm: floodgate.TokenBucket, Limit: 1000, Window: time.Hour, Key: []string{"tenant"}},
+		{Name: "global", Algorithm: floodgate.GCRA, Limit: limit, Window: time.Hour},
+	}, patient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim.Peek(context.Background(), nil, 1) // loads the script
+	srv.MustDo("CONFIG", "RESETSTAT")
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			d := lim.Allow(context.Background(), floodgate.Attributes{"user": strconv.Itoa(i % 37), "tenant": strconv.Itoa(i % 5)})
+			if d.Reason == floodgate.ReasonStore {
+				failed.Add(1)
+			}
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() != 0 || admitted.Load() != limit {
+		t.Fatalf("admitted %d (store failures %d), want exactly %d", admitted.Load(), failed.Load(), limit)
+	}
+	calls := srv.CommandCalls()
+	if calls["evalsha"] < 1 || calls["evalsha"] > n || calls["eval"] != 0 || calls["time"] != calls["evalsha"] {
+		t.Fatalf("commands for %d concurrent decisions: %v, want 1 to %d evalsha, one time each, no eval", n, calls, n)
+	}
+	t.Logf("%d concurrent decisions: %d script calls", n, calls["evalsha"])
+}
+
 // TestScriptsReload flushes the server's scripts: decisions go on (NOSCRIPT
 // falls back to EVAL, which loads the script again).
 func TestScriptsReload(t *testing.T) {

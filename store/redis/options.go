@@ -55,6 +55,15 @@ type Options struct {
 	// as the connection is free, which gives the lowest latency.
 	MaxFlushDelay time.Duration
 
+	// MaxCoalesce is how many concurrent decisions may share one script
+	// call on a single node or Sentinel master (rueidis only; Cluster
+	// decisions are not coalesced). A decision is sent at once when few
+	// calls are in flight; while they are, decisions queue and go out
+	// together in the next call, in which each is applied atomically and
+	// independently, exactly as alone. 0 means DefaultMaxCoalesce; 1 or
+	// less turns coalescing off (one call per decision).
+	MaxCoalesce int
+
 	// KeyPrefix starts every key the store writes; default DefaultKeyPrefix.
 	// It must not contain '{' or '}' (keys carry their own hash tags).
 	KeyPrefix string

@@ -75,6 +75,15 @@ func New(opts *Options) (*Store, error) {
 		s.run = &rueidisRunner{c: c, owned: true}
 	}
 	s.isCluster = s.run.cluster()
+	if r, ok := s.run.(*rueidisRunner); ok && !s.isCluster {
+		n := opts.MaxCoalesce
+		if n == 0 {
+			n = DefaultMaxCoalesce
+		}
+		if n > 1 {
+			s.run = &coalescer{rueidisRunner: r, max: n}
+		}
+	}
 	if opts.DenyCacheSize >= 0 {
 		n := opts.DenyCacheSize
 		if n == 0 {
@@ -406,6 +415,8 @@ func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecon
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
 	switch r := s.run.(type) {
+	case *coalescer:
+		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
 	case *rueidisRunner:
 		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
 	case *goRedisRunner:
