@@ -218,10 +218,7 @@ func (p *pending) decode(out string) (string, error) {
 	if len(out) < 8*int(n) {
 		return out, errShortReply
 	}
-	p.reply = make([]int64, n)
-	for i := range p.reply {
-		p.reply[i] = int64(binary.LittleEndian.Uint64([]byte(out[8*i : 8*i+8])))
-	}
+	p.reply, p.err = decodeReply(out[:8*int(n)], nil)
 	return out[8*int(n):], nil
 }
 

@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -93,10 +95,27 @@ func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 }
 
 func (r *rueidisRunner) fill(c *call, res rueidis.RedisResult) {
-	c.reply, c.err = res.AsIntSlice()
-	if re, ok := rueidis.IsRedisErr(c.err); ok {
-		c.err = &serverError{msg: re.Error()}
+	s, err := res.ToString()
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		err = &serverError{msg: re.Error()}
 	}
+	c.reply, c.err = decodeReply(s, err)
+}
+
+// decodeReply turns the script's reply, little-endian 64-bit integers in
+// a string, into numbers.
+func decodeReply(s string, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	if len(s)%8 != 0 {
+		return nil, fmt.Errorf("redis: script reply of %d bytes", len(s))
+	}
+	v := make([]int64, len(s)/8)
+	for i := range v {
+		v[i] = int64(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
+	}
+	return v, nil
 }
 
 // goRedisRunner runs scripts on a go-redis client.
@@ -135,10 +154,10 @@ func (r *goRedisRunner) one(ctx context.Context, c *call) {
 }
 
 func goRedisReply(cmd *goredis.Cmd) ([]int64, error) {
-	v, err := cmd.Int64Slice()
+	s, err := cmd.Text()
 	var re goredis.Error
 	if errors.As(err, &re) {
 		return nil, &serverError{msg: re.Error()}
 	}
-	return v, err
+	return decodeReply(s, err)
 }

@@ -17,9 +17,10 @@
 -- KEYS: each op's state key (a concurrency op has a second, its lease set),
 --       then, for refunds, the spent-ticket key.
 --
--- Reply: {allowed, now, then per op: ok never retry remaining reset stamp took}
--- or {-1, now} when a calendar window holding now was not among the
--- boundaries passed in (nothing has been changed; the caller retries).
+-- Reply: little-endian 64-bit integers in a string: allowed, now, then per
+-- op: ok never retry remaining reset stamp took; or -1, now when a
+-- calendar window holding now was not among the boundaries passed in
+-- (nothing has been changed; the caller retries).
 --
 -- Several batches may share one call (coalescing): ARGV is then blob and
 -- ticket of each batch, then their key counts; see the end of the script.
@@ -56,6 +57,11 @@ local OPFMT = '<i8i8i8i8i8i8i8i8i8i8i8i8'
 -- Fixed windows, token buckets and GCRA keep their state (a, b, c) as three
 -- little-endian 64-bit integers in a string.
 local STATEFMT = '<i8i8i8'
+-- A batch's reply is little-endian 64-bit integers in a string: a head
+-- (allowed, now), then 7 per op. A string costs the server far less than an
+-- array of integers.
+local HEADFMT = '<i8i8'
+local OPREPLYFMT = '<i8i8i8i8i8i8i8'
 
 -- now is the batch's time (µs). slack (ms) lengthens TTLs when the caller
 -- supplies the time: key expiry runs on the server's clock, which may run
@@ -72,6 +78,63 @@ local function ttl(exp)
   local ms = ceildiv(exp - now, 1000)
   if ms < 1 then ms = 1 end
   return ms + slack
+end
+
+-- The state of fixed windows, token buckets and GCRA (one string per key)
+-- goes through a cache that lives for one script call: each key is read at
+-- most once and written at most once per call, however many of the call's
+-- batches touch it (a global rule's key is in every one). Batches see each
+-- other's writes in order, exactly as if each were its own call. sget
+-- returns a key's value or nil; sset and sdel change it; flush writes the
+-- changed keys back, each with the TTL of its last write.
+local cval, cms, cdirty, corig = {}, {}, {}, {}
+local function sget(k)
+  local v = cval[k]
+  if v == nil then
+    v = redis.call('GET', k) -- false when absent
+    cval[k], corig[k] = v, v
+  end
+  if v then return v end
+  return nil
+end
+local function sset(k, v, ms)
+  cval[k], cms[k], cdirty[k] = v, ms, true
+end
+local function sdel(k)
+  cval[k], cdirty[k] = false, true
+end
+-- prefetch reads, with one MGET, every string-state key among KEYS not yet
+-- in the cache: each call's keys are read once, not one GET per rule. A
+-- key's last letter names its algorithm (f, t, g: a string; s, c, l: a
+-- hash or a set; a spent ticket's key ends in digits).
+local function prefetch()
+  local want = {}
+  for i = 1, #KEYS do
+    local k = KEYS[i]
+    local c = string.byte(k, -1)
+    if (c == 102 or c == 116 or c == 103) and cval[k] == nil then
+      cval[k] = false -- placeholder until read: listed once
+      want[#want + 1] = k
+    end
+  end
+  for s = 1, #want, 1000 do
+    local e = math.min(s + 999, #want)
+    local vs = redis.call('MGET', unpack(want, s, e))
+    for j = s, e do
+      local v = vs[j - s + 1]
+      cval[want[j]], corig[want[j]] = v, v
+    end
+  end
+end
+local function flush()
+  for k in pairs(cdirty) do
+    local v = cval[k]
+    if v then
+      redis.call('SET', k, v, 'PX', cms[k])
+    elseif corig[k] ~= false then -- it existed, or was never read
+      redis.call('DEL', k)
+    end
+  end
 end
 
 -- apply runs one batch: its numbers (the blob) and its ticket; its keys
@@ -118,7 +181,7 @@ local function apply(kb, blob, ticket)
         local o = fops[i]
         local kind, limit, window, burst = o[1], o[2], o[3], o[4]
         local a, b, c, exists, dirty = 0, 0, 0, false, false
-        local v = redis.call('GET', KEYS[kb + i])
+        local v = sget(KEYS[kb + i])
         if v then
           a, b, c = struct.unpack(STATEFMT, v)
           exists = true
@@ -137,7 +200,7 @@ local function apply(kb, blob, ticket)
                   break
                 end
               end
-              if not s then return {-1, now} end
+              if not s then return struct.pack(HEADFMT, -1, now) end
             else
               s, e = now, now + window
             end
@@ -195,7 +258,7 @@ local function apply(kb, blob, ticket)
         if not ok and not o[6] then allowed = false end
         o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18] = a, b, c, exists, dirty, ok, never, retry
       end
-      local out = {(allowed and mode == 0) and 1 or 0, now}
+      local out = {struct.pack(HEADFMT, (allowed and mode == 0) and 1 or 0, now)}
       for i = 1, nops do
         local o = fops[i]
         local kind, limit, window, burst = o[1], o[2], o[3], o[4]
@@ -248,20 +311,14 @@ local function apply(kb, blob, ticket)
           exp = now + reset
         end
         if exp <= now then
-          if exists then redis.call('DEL', KEYS[kb + i]) end
+          if exists then sdel(KEYS[kb + i]) end
         elseif dirty then
-          redis.call('SET', KEYS[kb + i], struct.pack(STATEFMT, a, b, c), 'PX', ttl(exp))
+          sset(KEYS[kb + i], struct.pack(STATEFMT, a, b, c), ttl(exp))
         end
         local never = o[17] and 1 or 0
-        out[#out + 1] = ok and 1 or 0
-        out[#out + 1] = never
-        out[#out + 1] = o[18]
-        out[#out + 1] = rem
-        out[#out + 1] = reset
-        out[#out + 1] = stamp
-        out[#out + 1] = took
+        out[i + 1] = struct.pack(OPREPLYFMT, ok and 1 or 0, never, o[18], rem, reset, stamp, took)
       end
-      return out
+      return table.concat(out)
     end
   end
 
@@ -297,7 +354,7 @@ local function apply(kb, blob, ticket)
   local function load(op)
     local k = op.kind
     if k == 1 or k == 3 or k == 4 then
-      local v = redis.call('GET', op.key)
+      local v = sget(op.key)
       if v then
         op.a, op.b, op.c = struct.unpack(STATEFMT, v)
         op.live, op.exists = true, true
@@ -647,15 +704,17 @@ local function apply(kb, blob, ticket)
       if op.exists then
         if k == 5 then
           redis.call('DEL', op.key, op.lkey)
-        else
+        elseif k == 2 then
           redis.call('DEL', op.key)
+        else
+          sdel(op.key)
         end
       end
       return
     end
     if not op.dirty then return end
     if k == 1 or k == 3 or k == 4 then
-      redis.call('SET', op.key, struct.pack(STATEFMT, op.a, op.b, op.c), 'PX', ttl(exp))
+      sset(op.key, struct.pack(STATEFMT, op.a, op.b, op.c), ttl(exp))
     elseif k == 2 then
       if op.clear and op.exists then redis.call('DEL', op.key) end
       local set = {'a', op.a, 'b', op.b, 'k', op.buckets}
@@ -685,18 +744,12 @@ local function apply(kb, blob, ticket)
   -- The batch ------------------------------------------------------------------
 
   local function reply(allowed)
-    local out = {allowed and 1 or 0, now}
+    local out = {struct.pack(HEADFMT, allowed and 1 or 0, now)}
     for i = 1, nops do
       local op = ops[i]
-      out[#out + 1] = op.ok and 1 or 0
-      out[#out + 1] = op.never and 1 or 0
-      out[#out + 1] = op.retry
-      out[#out + 1] = op.rem
-      out[#out + 1] = op.reset
-      out[#out + 1] = op.out
-      out[#out + 1] = op.took and 1 or 0
+      out[i + 1] = struct.pack(OPREPLYFMT, op.ok and 1 or 0, op.never and 1 or 0, op.retry, op.rem, op.reset, op.out, op.took and 1 or 0)
     end
-    return out
+    return table.concat(out)
   end
 
   if mode == 4 then
@@ -704,8 +757,10 @@ local function apply(kb, blob, ticket)
       local op = ops[i]
       if op.kind == 5 then
         redis.call('DEL', op.key, op.lkey)
-      else
+      elseif op.kind == 2 then
         redis.call('DEL', op.key)
+      else
+        sdel(op.key)
       end
       op.ok, op.rem = true, op.limit
     end
@@ -717,7 +772,7 @@ local function apply(kb, blob, ticket)
     for i = 1, nops do load(ops[i]) end
     for i = 1, nops do
       local op = ops[i]
-      if op.exists and not normalize(op) then return {-1, now} end
+      if op.exists and not normalize(op) then return struct.pack(HEADFMT, -1, now) end
     end
     for i = 1, nops do
       local op = ops[i]
@@ -733,7 +788,7 @@ local function apply(kb, blob, ticket)
 
   for i = 1, nops do load(ops[i]) end
   for i = 1, nops do
-    if not normalize(ops[i]) then return {-1, now} end
+    if not normalize(ops[i]) then return struct.pack(HEADFMT, -1, now) end
   end
 
   local allowed = true
@@ -766,7 +821,12 @@ local function apply(kb, blob, ticket)
 end
 
 -- A single batch: ARGV is its blob and its ticket, KEYS its keys.
-if #ARGV == 2 then return apply(0, ARGV[1], ARGV[2]) end
+prefetch()
+if #ARGV == 2 then
+  local r = apply(0, ARGV[1], ARGV[2])
+  flush()
+  return r
+end
 
 -- Coalesced batches: ARGV is blob, ticket for each batch, then the number of
 -- keys of each batch as little-endian 32-bit integers; KEYS are the
@@ -777,23 +837,13 @@ if #ARGV == 2 then return apply(0, ARGV[1], ARGV[2]) end
 -- when n < 0, its error message of -1 - n bytes.
 local counts = ARGV[#ARGV]
 local parts = {}
-local fmts = {}
 local kb = 0
 for j = 1, (#ARGV - 1) / 2 do
   local ok, r = pcall(apply, kb, ARGV[2 * j - 1], ARGV[2 * j])
   kb = kb + struct.unpack('<i4', counts, 4 * j - 3)
   if ok then
-    local n = #r
-    parts[#parts + 1] = struct.pack('<i4', n)
-    for s = 1, n, 32 do
-      local e = math.min(s + 31, n)
-      local f = fmts[e - s + 1]
-      if not f then
-        f = '<' .. string.rep('i8', e - s + 1)
-        fmts[e - s + 1] = f
-      end
-      parts[#parts + 1] = struct.pack(f, unpack(r, s, e))
-    end
+    parts[#parts + 1] = struct.pack('<i4', #r / 8)
+    parts[#parts + 1] = r
   else
     local msg
     if type(r) == 'table' and r.err then msg = r.err else msg = tostring(r) end
@@ -801,4 +851,5 @@ for j = 1, (#ARGV - 1) / 2 do
     parts[#parts + 1] = msg
   end
 end
+flush()
 return table.concat(parts)

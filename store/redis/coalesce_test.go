@@ -1,0 +1,132 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+)
+
+// TestCoalescedMatchesAlone runs the same random batches (every algorithm
+// and mode, few keys, so batches of one call share keys) through two
+// stores on one server: one sends each batch in its own script call, the
+// other sends them in groups of up to 40 per coalesced call. Every
+// batch's reply must be the same.
+func TestCoalescedMatchesAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	open := func(prefix string) *Store {
+		s, err := New(&Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: -1, KeyPrefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	alone, together := open("a:"), open("b:")
+	co := together.run.(*coalescer)
+	shapes := []floodgate.Params{
+		{Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Second},
+		{Algorithm: floodgate.FixedWindow, Limit: 7, Window: 1500 * time.Millisecond, Align: floodgate.AlignClock},
+		{Algorithm: floodgate.FixedWindow, Limit: 30, Align: floodgate.AlignMonth},
+		{Algorithm: floodgate.SlidingWindow, Limit: 6, Window: time.Second, Buckets: 10},
+		{Algorithm: floodgate.TokenBucket, Limit: 3, Window: time.Second, Burst: 5},
+		{Algorithm: floodgate.GCRA, Limit: 3, Window: time.Second, Burst: 4},
+		{Algorithm: floodgate.Concurrency, Limit: 4, Window: 2 * time.Second},
+	}
+	type done struct {
+		b     *floodgate.Batch
+		reply []int64
+	}
+	var admitted []done
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 7))
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	batches := 0
+	for round := range 60 {
+		now = now.Add(time.Duration(rng.IntN(700_000)) * time.Microsecond)
+		var group []*floodgate.Batch
+		for range 1 + rng.IntN(40) {
+			b := &floodgate.Batch{Now: now, Ticket: rng.Uint64() | 1, Cost: 1 + int64(rng.IntN(2))}
+			switch r := rng.IntN(20); {
+			case r < 12:
+				b.Mode = floodgate.ModeConsume
+			case r < 15:
+				b.Mode = floodgate.ModePeek
+			case r < 17:
+				b.Mode = floodgate.ModeRecord
+			case r < 19:
+				b.Mode = floodgate.ModeRefund
+			default:
+				b.Mode = floodgate.ModeReset
+			}
+			if b.Mode == floodgate.ModeRefund {
+				if len(admitted) == 0 {
+					continue
+				}
+				d := admitted[rng.IntN(len(admitted))]
+				b.Ticket, b.Cost = d.b.Ticket, d.b.Cost
+				for i, op := range d.b.Ops {
+					op.Stamp = d.reply[2+i*replyPerOp+5]
+					b.Ops = append(b.Ops, op)
+				}
+			} else {
+				used := map[string]bool{}
+				for range 1 + rng.IntN(3) {
+					si := rng.IntN(len(shapes))
+					op := floodgate.Op{Scope: fmt.Sprintf("r%d", si), Key: fmt.Sprintf("k%d", rng.IntN(2)), Params: shapes[si], Shadow: rng.IntN(8) == 0}
+					if !used[op.Scope+op.Key] {
+						used[op.Scope+op.Key] = true
+						b.Ops = append(b.Ops, op)
+					}
+				}
+			}
+			group = append(group, b)
+		}
+		// Alone: one call each, in order.
+		want := make([][]int64, len(group))
+		for i, b := range group {
+			var c call
+			alone.build(&c, b, opIndexes(b), int(b.Mode), b.Now.UnixMicro(), b.Now.UnixMicro(), nil)
+			co := alone.run.(*coalescer)
+			co.rueidisRunner.run(ctx, []*call{&c})
+			if c.err != nil {
+				t.Fatal(c.err)
+			}
+			want[i] = c.reply
+		}
+		// Together: one coalesced call.
+		ps := make([]*pending, len(group))
+		for i, b := range group {
+			c := &call{}
+			together.build(c, b, opIndexes(b), int(b.Mode), b.Now.UnixMicro(), b.Now.UnixMicro(), nil)
+			ps[i] = &pending{c: c, done: make(chan struct{})}
+		}
+		co.send(ps)
+		for i, p := range ps {
+			if p.err != nil {
+				t.Fatalf("round %d batch %d: %v", round, i, p.err)
+			}
+			if !reflect.DeepEqual(p.reply, want[i]) {
+				t.Fatalf("round %d batch %d of %d (mode %v, ops %+v):\ncoalesced %v\nalone     %v", round, i, len(group), group[i].Mode, group[i].Ops, p.reply, want[i])
+			}
+			if group[i].Mode == floodgate.ModeConsume && want[i][0] == 1 {
+				admitted = append(admitted, done{group[i], want[i]})
+			}
+		}
+		batches += len(group)
+	}
+	t.Logf("%d batches compared, %d admitted consumes", batches, len(admitted))
+}
+
+func opIndexes(b *floodgate.Batch) []int {
+	idx := make([]int, len(b.Ops))
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
