@@ -25,7 +25,10 @@
 // call (fewer on average) and one round trip. A caller whose deadline passes
 // while its decision waits or is in a call gets its error at once; a
 // decision already sent may still be applied, which leaves the limiter
-// stricter, never looser. The server's TIME is read once per call. Cluster
+// stricter, never looser. The server's TIME is read once per call, and the
+// state of fixed windows, token buckets and GCRA is read with one MGET per
+// call and each changed key written once, at the end of the call, so a hot
+// key shared by the call's decisions costs one read and one write. Cluster
 // decisions are not coalesced.
 //
 // Time is the server's TIME, so instances with skewed clocks agree.
