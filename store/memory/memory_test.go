@@ -191,6 +191,12 @@ func TestSweeperReclaimsExpiredKeys(t *testing.T) {
 func TestCloseStopsTheSweeper(t *testing.T) {
 	before := sweepers()
 	store := memory.New(&memory.Options{SweepInterval: time.Millisecond})
+	// A goroutine that has not run yet shows in a stack dump as New's
+	// go-statement wrapper, not as the sweeper: wait for it to start.
+	start := time.Now().Add(5 * time.Second)
+	for sweepers() != before+1 && time.Now().Before(start) {
+		time.Sleep(time.Millisecond)
+	}
 	if got := sweepers(); got != before+1 {
 		t.Fatalf("%d sweeper goroutines after New, want %d", got, before+1)
 	}
