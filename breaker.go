@@ -112,4 +112,12 @@ func (b *breaker) failure(now int64) bool {
 	return false
 }
 
+// abandon hands back a probe whose caller gave up before the store answered:
+// there is no verdict, so the breaker returns to open with its cooldown
+// already over, and the next call probes again. Without this a cancelled
+// probe would leave the breaker half open, refusing every call, for good.
+func (b *breaker) abandon() {
+	b.state.CompareAndSwap(uint32(BreakerHalfOpen), uint32(BreakerOpen))
+}
+
 func (b *breaker) current() BreakerState { return BreakerState(b.state.Load()) }

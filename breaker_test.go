@@ -202,3 +202,35 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 		t.Errorf("breaker %v after the probe timed out, want open", got)
 	}
 }
+
+// A probe whose caller gives up proves nothing either way: the next call must
+// probe again rather than find the breaker stuck half open.
+func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
+	const cooldown = time.Second
+	store := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, store, floodgate.Options{
+		FailurePolicy: floodgate.FailClosed,
+		Breaker:       floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
+	})
+	l.Allow(context.Background(), user("alice"))
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v, want open", got)
+	}
+	clock.Advance(cooldown)
+	store.set(hanging)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonStore {
+		t.Fatalf("cancelled probe: Reason=%v, want store", d.Reason)
+	}
+	if got := store.calls.Load(); got != 2 {
+		t.Fatalf("store called %d times, want 2 (one failure, one cancelled probe)", got)
+	}
+	store.set(healthy)
+	if d := l.Allow(context.Background(), user("alice")); !d.Allowed || d.Reason != floodgate.ReasonNone {
+		t.Fatalf("after the cancelled probe: Allowed=%v Reason=%v Err=%v, want a fresh probe decided by the rules", d.Allowed, d.Reason, d.Err)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Errorf("breaker %v, want closed after the fresh probe", got)
+	}
+}

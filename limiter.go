@@ -369,6 +369,7 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
+			l.breaker.abandon()
 			return err // the caller gave up: not the store's fault
 		}
 		if l.breaker.failure(l.clock.Now().UnixNano()) {
