@@ -86,6 +86,11 @@ type Redis struct {
 	DB int
 	// KeyPrefix starts every key floodgate writes; default "fg:".
 	KeyPrefix string
+	// HashTag is what a key's Cluster hash tag covers: "rule" (the
+	// default: each rule key its own slot) or "limiter" (all of a
+	// limiter's keys in one slot, so each of its decisions is one atomic
+	// script call in Cluster; for limiters with few keys).
+	HashTag string
 	// DenyCacheSize bounds the local over-limit cache: keys known to be
 	// denied until a time are denied locally until then. 0 means the
 	// store's default; -1 disables the cache.

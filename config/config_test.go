@@ -90,6 +90,7 @@ func TestInvalid(t *testing.T) {
 			"redis_fallback.yaml:3:33: store.redis.cluster[1]: must be host:port, got \"nohost\"",
 			"redis_fallback.yaml:4:17: store.redis.key_prefix: must not contain '{' or '}' (keys carry their own hash tags)",
 			"redis_fallback.yaml:5:15: store.redis.fallback.instances: must be set: how many instances share the limits",
+			"redis_fallback.yaml:6:15: store.redis.hash_tag: must be rule or limiter, got \"slot\"",
 		}},
 		{"redis_two_modes.yaml", []string{
 			"redis_two_modes.yaml:4:14: store.redis.cluster: set only one of url, cluster or sentinel (url is set too)",
@@ -224,7 +225,7 @@ func TestRedisSentinel(t *testing.T) {
 	if r.Sentinel == nil || r.Sentinel.Master != "mymaster" || len(r.Sentinel.Addrs) != 2 {
 		t.Errorf("sentinel = %+v", r.Sentinel)
 	}
-	if r.Password != "secret" || r.Deadline != 20*time.Millisecond || r.KeyPrefix != "rl:" {
+	if r.Password != "secret" || r.Deadline != 20*time.Millisecond || r.KeyPrefix != "rl:" || r.HashTag != "rule" {
 		t.Errorf("redis = %+v", r)
 	}
 	api, web := c.Limiters[0], c.Limiters[1]
@@ -249,9 +250,9 @@ func TestRedisURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Store.Redis
-	want := Redis{URL: "rediss://user:pw@redis.internal:6380/2", DB: 3, KeyPrefix: "rl:", Deadline: floodgate.DefaultTimeout,
+	want := Redis{URL: "rediss://user:pw@redis.internal:6380/2", DB: 3, KeyPrefix: "rl:", HashTag: "limiter", Deadline: floodgate.DefaultTimeout,
 		DenyCacheSize: -1, Fallback: &Fallback{Instances: 4, Retry: 2 * time.Second, MaxKeys: 5000}}
-	if r.URL != want.URL || r.DB != want.DB || r.KeyPrefix != want.KeyPrefix || r.Deadline != want.Deadline ||
+	if r.URL != want.URL || r.DB != want.DB || r.KeyPrefix != want.KeyPrefix || r.HashTag != want.HashTag || r.Deadline != want.Deadline ||
 		r.DenyCacheSize != want.DenyCacheSize || *r.Fallback != *want.Fallback {
 		t.Errorf("redis = %+v (fallback %+v), want %+v", r, r.Fallback, want)
 	}

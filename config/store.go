@@ -66,9 +66,9 @@ func (d *decoder) store(n *yaml.Node, path string, s *Store) {
 }
 
 func (d *decoder) redis(n *yaml.Node, path string) *Redis {
-	r := &Redis{Deadline: floodgate.DefaultTimeout, KeyPrefix: "fg:"}
+	r := &Redis{Deadline: floodgate.DefaultTimeout, KeyPrefix: "fg:", HashTag: "rule"}
 	f := d.mapping(n, path, "url", "cluster", "sentinel", "username", "password", "db", "deadline",
-		"key_prefix", "deny_cache_size", "fallback")
+		"key_prefix", "hash_tag", "deny_cache_size", "fallback")
 	if f == nil {
 		return r
 	}
@@ -140,6 +140,16 @@ func (d *decoder) redis(n *yaml.Node, path string) *Redis {
 				d.errorf(v, p, "must not contain '{' or '}' (keys carry their own hash tags)")
 			}
 			r.KeyPrefix = s
+		}
+	}
+	if v := f["hash_tag"]; v != nil {
+		p := path + ".hash_tag"
+		if s, ok := d.str(v, p); ok {
+			if s != "rule" && s != "limiter" {
+				d.errorf(v, p, "must be rule or limiter, got %q", s)
+			} else {
+				r.HashTag = s
+			}
 		}
 	}
 	if v := f["db"]; v != nil {

@@ -246,6 +246,9 @@ func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), e
 		DenyCacheSize: r.DenyCacheSize,
 		Logger:        logger,
 	}
+	if r.HashTag == "limiter" {
+		opts.HashTag = redis.TagLimiter
+	}
 	if sn := r.Sentinel; sn != nil {
 		opts.Sentinel = &redis.Sentinel{Master: sn.Master, Addrs: sn.Addrs, Password: sn.Password}
 	}

@@ -40,7 +40,9 @@
 // A rule key's state lives under prefix + "{limiter/rule:key}:" + a letter
 // naming the algorithm (concurrency adds a lease set, refunded tickets a
 // marker). The braces are a Cluster hash tag: all of one rule key's data
-// shares a slot. Every key is written with a TTL in the same script step,
+// shares a slot. With Options.HashTag set to TagLimiter, the tag is the
+// limiter's name instead: prefix + "{limiter}/rule:key:" + the letter, so
+// all of one limiter's data shares a slot. Every key is written with a TTL in the same script step,
 // from the instant its state means the same as an absent key; a key that
 // means "absent" is deleted instead. A fixed window that is full writes
 // nothing on refused hits.
@@ -62,9 +64,15 @@
 //   - if the compensation itself fails (a node went away), those units stay
 //     charged until their window passes: stricter, never looser.
 //
-// Decisions whose keys share a slot (rules keyed identically in a limiter
-// whose key functions put a common tag first, or single-rule limiters) are
-// one atomic call, as on a single node.
+// Decisions whose keys share a slot (single-rule limiters, or any limiter
+// with TagLimiter) are one atomic call, as on a single node.
+//
+// TagLimiter makes every decision of a limiter one atomic call in Cluster,
+// at the cost of putting all of that limiter's keys, and its traffic, on one
+// node. Use it for limiters with few keys (gateway routes and candidates, a
+// global quota), not for per-user limiters with millions of keys, which
+// should spread over the Cluster: the option covers every limiter of a
+// store, so such limiters can use a second store with the default TagRule.
 //
 // # Over-limit cache
 //

@@ -340,3 +340,145 @@ func TestGoRedisRing(t *testing.T) {
 		t.Fatal("a Ring was accepted")
 	}
 }
+
+// TestClusterTagLimiter runs a limiter whose two rules have different keys
+// on a three-master Cluster with HashTag TagLimiter: all its keys share the
+// tag {limiter}, so every decision is exactly one script call (counted over
+// the masters' commandstats, with the over-limit cache off so that every
+// decision reaches Redis), and concurrent decisions admit exactly the limit.
+// A concurrency rule's lease set and a refund's ticket use the same tag.
+func TestClusterTagLimiter(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	const instances, requests = 3, 1000
+	rules := []floodgate.Rule{
+		{Name: "rpm", Algorithm: floodgate.FixedWindow, Limit: 150, Window: time.Hour, Key: []string{"route"}},
+		{Name: "upm", Algorithm: floodgate.SlidingWindow, Limit: 100, Window: time.Hour, Key: []string{"user"}},
+	}
+	tagged := func(o *redis.Options) { o.HashTag, o.DenyCacheSize = redis.TagLimiter, -1 }
+	var lims []*floodgate.Limiter
+	for range instances {
+		l, err := floodgate.New("gw", serverStore(t, cl.Addrs(), true, tagged), rules, patient)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, l)
+	}
+	for _, l := range lims { // loads the script on the limiter's node
+		if d := l.Allow(context.Background(), floodgate.Attributes{"route": "warm", "user": "warm"}); !d.Allowed {
+			t.Fatalf("warm-up denied: %+v", d)
+		}
+	}
+	for _, n := range cl.Nodes {
+		n.MustDo("CONFIG", "RESETSTAT")
+	}
+	// Two users share one route: each is capped at 100 by upm and together
+	// at 150 by rpm, so both rules deny some decisions.
+	var admitted [2]atomic.Int64
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Go(func() {
+			u := i % 2
+			d := lims[i%instances].Allow(context.Background(), floodgate.Attributes{"route": "r", "user": fmt.Sprint("u", u)})
+			if d.Reason == floodgate.ReasonStore {
+				t.Errorf("store failure: %v", d.Err)
+			}
+			if d.Allowed {
+				admitted[u].Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	a0, a1 := admitted[0].Load(), admitted[1].Load()
+	if a0 > 100 || a1 > 100 || a0+a1 != 150 {
+		t.Fatalf("admitted %d + %d, want at most 100 each and exactly 150 in all", a0, a1)
+	}
+	var evalsha, eval, busy int64
+	for _, n := range cl.Nodes {
+		c := n.CommandCalls()
+		evalsha, eval = evalsha+c["evalsha"], eval+c["eval"]
+		if c["evalsha"] > 0 {
+			busy++
+		}
+	}
+	if evalsha != requests || eval != 0 || busy != 1 {
+		t.Fatalf("script calls for %d decisions: evalsha=%d eval=%d on %d masters, want evalsha=%d eval=0 on 1", requests, evalsha, eval, busy, requests)
+	}
+	// The keys carry the limiter's tag and hold exactly what was admitted.
+	counter := func(k string) (int64, string) {
+		for _, n := range cl.Nodes {
+			if v, err := n.Do("GET", k); err == nil && v != "" {
+				slot := n.MustDo("CLUSTER", "KEYSLOT", k)
+				if len(v) == 24 {
+					return int64(binary.LittleEndian.Uint64([]byte(v[8:16]))), slot
+				}
+				return -1, slot
+			}
+		}
+		return 0, ""
+	}
+	want := cl.Nodes[0].MustDo("CLUSTER", "KEYSLOT", "gw")
+	if got, slot := counter("fg:{gw}/rpm:r:f"); got != a0+a1 || slot != want {
+		t.Errorf("rpm counter %d in slot %s, want %d in slot %s", got, slot, a0+a1, want)
+	}
+	for _, k := range []string{"fg:{gw}/upm:u0:s", "fg:{gw}/upm:u1:s"} {
+		found := false
+		for _, n := range cl.Nodes {
+			if v, err := n.Do("EXISTS", k); err == nil && v == "1" {
+				found = true
+				if slot := n.MustDo("CLUSTER", "KEYSLOT", k); slot != want {
+					t.Errorf("%s in slot %s, want %s", k, slot, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s not found", k)
+		}
+	}
+
+	// A concurrency rule (state and lease set) beside a rate rule, with a
+	// refund (its spent-ticket key): one script call each, in one slot.
+	conc, err := floodgate.New("gwc", serverStore(t, cl.Addrs(), true, tagged), []floodgate.Rule{
+		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 2, Window: time.Minute, Key: []string{"route"}},
+		{Name: "rpm", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour, Key: []string{"user"}},
+	}, patient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := floodgate.Attributes{"route": "r", "user": "u"}
+	first := conc.Allow(context.Background(), attrs)
+	if !first.Allowed {
+		t.Fatalf("first denied: %+v", first)
+	}
+	for _, n := range cl.Nodes {
+		n.MustDo("CONFIG", "RESETSTAT")
+	}
+	if d := conc.Allow(context.Background(), attrs); !d.Allowed {
+		t.Fatalf("second denied: %+v", d)
+	}
+	if d := conc.Allow(context.Background(), attrs); d.Allowed {
+		t.Fatalf("third admitted over the concurrency limit of 2")
+	}
+	if err := conc.Refund(context.Background(), first.Ticket()); err != nil {
+		t.Fatal(err)
+	}
+	if err := conc.Refund(context.Background(), first.Ticket()); err != nil { // spent: a no-op
+		t.Fatal(err)
+	}
+	if d := conc.Allow(context.Background(), attrs); !d.Allowed {
+		t.Fatalf("denied after a refund: %+v", d)
+	}
+	if d := conc.Allow(context.Background(), attrs); d.Allowed {
+		t.Fatalf("admitted over the limit after a repeated refund")
+	}
+	evalsha, eval, busy = 0, 0, 0
+	for _, n := range cl.Nodes {
+		c := n.CommandCalls()
+		evalsha, eval = evalsha+c["evalsha"], eval+c["eval"]
+		if c["evalsha"]+c["eval"] > 0 {
+			busy++
+		}
+	}
+	if evalsha+eval != 6 || busy != 1 {
+		t.Fatalf("script calls for 6 decisions: evalsha=%d eval=%d on %d masters, want 6 on 1", evalsha, eval, busy)
+	}
+}

@@ -3,6 +3,7 @@ package redis
 import (
 	"crypto/tls"
 	"log/slog"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -68,6 +69,17 @@ type Options struct {
 	// It must not contain '{' or '}' (keys carry their own hash tags).
 	KeyPrefix string
 
+	// HashTag chooses what the Cluster hash tag of a key covers: TagRule
+	// (the default) gives every rule key its own tag, spreading keys over
+	// the Cluster; TagLimiter gives all of a limiter's keys one tag, the
+	// limiter's name, so that every decision of the limiter is one atomic
+	// script call in Cluster too, at the cost of putting all of the
+	// limiter's keys (and load) on one Cluster node. Use TagLimiter for
+	// limiters with few keys (gateway routes and candidates), not for
+	// per-user limiters with millions of keys. It changes nothing outside
+	// Cluster but the key names: switching it starts every limit afresh.
+	HashTag HashTag
+
 	// Client, when set, is an existing rueidis client to use instead of
 	// connecting; the connection fields above are then ignored and Close
 	// leaves the client open.
@@ -103,6 +115,30 @@ type Options struct {
 	// Logger receives compensations that could not be applied and the
 	// fallback's state changes; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// HashTag says which part of a key is its Cluster hash tag; see
+// Options.HashTag.
+type HashTag int
+
+const (
+	// TagRule tags each rule key's data on its own:
+	// prefix + "{limiter/rule:key}:" + suffix.
+	TagRule HashTag = iota
+	// TagLimiter tags all of a limiter's data with the limiter's name:
+	// prefix + "{limiter}/rule:key:" + suffix.
+	TagLimiter
+)
+
+// String returns "rule" or "limiter".
+func (h HashTag) String() string {
+	switch h {
+	case TagRule:
+		return "rule"
+	case TagLimiter:
+		return "limiter"
+	}
+	return "HashTag(" + strconv.Itoa(int(h)) + ")"
 }
 
 // Sentinel locates a master through Redis Sentinel.

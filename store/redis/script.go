@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
@@ -32,19 +33,45 @@ const (
 // suffix names each algorithm's state key, so a rule that changes its
 // algorithm never reads another algorithm's state as its own.
 var suffix = [...]string{
-	floodgate.FixedWindow:   "}:f",
-	floodgate.SlidingWindow: "}:s",
-	floodgate.TokenBucket:   "}:t",
-	floodgate.GCRA:          "}:g",
-	floodgate.Concurrency:   "}:c",
+	floodgate.FixedWindow:   ":f",
+	floodgate.SlidingWindow: ":s",
+	floodgate.TokenBucket:   ":t",
+	floodgate.GCRA:          ":g",
+	floodgate.Concurrency:   ":c",
 }
 
-// stateKey is the key of op's state: the prefix, then the hash tag
-// {scope:key}, so that all of one rule key's data lives in one Cluster slot.
-// The scope holds no ':' and the key ends where the tag does, so distinct
-// (scope, key) pairs never share a key.
+// limiterOf returns the limiter part of a scope ("limiter/rule"): the tag
+// of its keys under TagLimiter. A scope without '/' is its own limiter.
+func limiterOf(scope string) string {
+	if i := strings.IndexByte(scope, '/'); i >= 0 {
+		return scope[:i]
+	}
+	return scope
+}
+
+// keyOf is the key of a rule key's data named by sfx (a state suffix, or
+// ":r:" and a ticket). Under TagRule it is the prefix, then the hash tag
+// {scope:key}, so that all of one rule key's data lives in one Cluster slot;
+// under TagLimiter it is the prefix, the tag {limiter} (a validated name:
+// letters, digits and "._-", so never a brace), then the rest of the scope,
+// ':' and the key, so that all of one limiter's data lives in one slot. The
+// scope holds no ':' and every suffix has a fixed form after the key, so
+// distinct (scope, key) pairs never share a key; under TagRule the scope's
+// limiter is followed by '/', under TagLimiter by '}', so the two layouts
+// never share a key either. A scope with an empty limiter part (which no
+// Limiter makes) keeps the TagRule layout: "{}" is no hash tag.
+func (s *Store) keyOf(scope, key, sfx string) string {
+	if s.tag == TagLimiter {
+		if lim := limiterOf(scope); lim != "" {
+			return s.prefix + "{" + lim + "}" + scope[len(lim):] + ":" + key + sfx
+		}
+	}
+	return s.prefix + "{" + scope + ":" + key + "}" + sfx
+}
+
+// stateKey is the key of op's state.
 func (s *Store) stateKey(op *floodgate.Op) string {
-	return s.prefix + "{" + op.Scope + ":" + op.Key + suffix[op.Params.Algorithm]
+	return s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
 }
 
 // calendar reports whether p's windows are calendar days or months.
@@ -136,6 +163,6 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 	c.args = append(c.args[:0], unsafe.String(unsafe.SliceData(blob), len(blob)), ticket)
 	if mode == int(floodgate.ModeRefund) {
 		op := &b.Ops[idx[0]]
-		c.keys = append(c.keys, s.prefix+"{"+op.Scope+":"+op.Key+"}:r:"+ticket)
+		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+ticket))
 	}
 }

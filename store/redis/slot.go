@@ -1,8 +1,20 @@
 package redis
 
-// slotOf returns the Redis Cluster slot of the keys of a rule key: CRC16 of
-// the hash tag {scope:key}, which ends at the key's first '}' if it has one.
-func slotOf(scope, key string) uint16 {
+// slotOf returns the Redis Cluster slot of the keys of a rule key under tag:
+// CRC16 of the hash tag (see keyOf).
+func slotOf(tag HashTag, scope, key string) uint16 {
+	if tag == TagLimiter {
+		if lim := limiterOf(scope); lim != "" {
+			// A limiter name holds no brace: the tag is the whole name.
+			return crc16(0, lim) % 16384
+		}
+	}
+	return ruleSlot(scope, key)
+}
+
+// ruleSlot is the slot of the tag {scope:key}, which ends at the key's first
+// '}' if it has one.
+func ruleSlot(scope, key string) uint16 {
 	crc := crc16(0, scope)
 	crc = crc16(crc, ":")
 	for i := 0; i < len(key); i++ {

@@ -19,6 +19,7 @@ import (
 type Store struct {
 	run       runner
 	prefix    string
+	tag       HashTag
 	batchTime bool
 	isCluster bool
 	cache     *denyCache
@@ -34,12 +35,15 @@ func New(opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	s := &Store{prefix: opts.KeyPrefix, batchTime: opts.UseBatchTime, logger: opts.Logger}
+	s := &Store{prefix: opts.KeyPrefix, tag: opts.HashTag, batchTime: opts.UseBatchTime, logger: opts.Logger}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
 	if strings.ContainsAny(s.prefix, "{}") {
 		return nil, fmt.Errorf("redis: key prefix %q must not contain '{' or '}'", s.prefix)
+	}
+	if s.tag != TagRule && s.tag != TagLimiter {
+		return nil, fmt.Errorf("redis: unknown hash tag %d", int(s.tag))
 	}
 	if s.logger == nil {
 		s.logger = slog.Default()
@@ -294,7 +298,7 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 	var gs []*group
 	var slots []uint16
 	for i := range b.Ops {
-		sl := slotOf(b.Ops[i].Scope, b.Ops[i].Key)
+		sl := slotOf(s.tag, b.Ops[i].Scope, b.Ops[i].Key)
 		j := 0
 		for j < len(slots) && slots[j] != sl {
 			j++
