@@ -14,20 +14,18 @@ type ConfigError struct {
 	Reason  string
 }
 
+// Error returns, for example,
+// `floodgate: limiter "api" rule "per-user": window: must be at least 1ms, got 0s`.
 func (e *ConfigError) Error() string {
-	where := "limiter " + quoteName(e.Limiter)
-	if e.Rule != "" || e.Field != "" && e.Field != "name" {
-		if e.Rule != "" {
-			where += " rule " + quoteName(e.Rule)
-		}
+	where := fmt.Sprintf("limiter %q", e.Limiter)
+	if e.Rule != "" {
+		where += fmt.Sprintf(" rule %q", e.Rule)
 	}
 	if e.Field != "" {
 		where += ": " + e.Field
 	}
 	return "floodgate: " + where + ": " + e.Reason
 }
-
-func quoteName(s string) string { return fmt.Sprintf("%q", s) }
 
 // ErrBreakerOpen is the store error of decisions answered by the failure
 // policy because the circuit breaker is open.
