@@ -262,16 +262,22 @@ func Status(p *Params, s *State, now int64) (remaining, reset int64) {
 // Expiry is the instant (µs) from which s means the same as an absent key, so
 // a store may forget it. It is never before now for a state holding anything.
 func Expiry(p *Params, s *State, now int64) int64 {
-	switch p.Kind {
-	case FixedWindow:
-		if s.B == 0 {
-			return now
-		}
-		return s.C
-	default:
-		_, reset := Status(p, s, now)
-		return now + reset
+	_, _, exp := StatusExpiry(p, s, now)
+	return exp
+}
+
+// StatusExpiry is Status and Expiry in one pass, for stores that need both
+// after every change: every kind but FixedWindow expires when its reset
+// does, so the reset is computed once.
+func StatusExpiry(p *Params, s *State, now int64) (remaining, reset, expiry int64) {
+	remaining, reset = Status(p, s, now)
+	switch {
+	case p.Kind != FixedWindow:
+		return remaining, reset, now + reset
+	case s.B == 0:
+		return remaining, reset, now
 	}
+	return remaining, reset, s.C
 }
 
 // gcraDebt is how far the theoretical arrival time is ahead of now, in

@@ -367,15 +367,9 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 
 // finish fills op's remaining and reset and records when e's key expires.
 func finish(p *algo.Params, op *floodgate.Op, e *entry, now int64) {
-	rem, reset := algo.Status(p, &e.st, now)
+	rem, reset, exp := algo.StatusExpiry(p, &e.st, now)
 	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
-	if p.Kind == algo.FixedWindow {
-		e.exp = algo.Expiry(p, &e.st, now)
-	} else {
-		// algo.Expiry is now+reset for every other kind; Status has just
-		// computed reset, so skip computing it twice.
-		e.exp = now + reset
-	}
+	e.exp = exp
 }
 
 // ticketLifetime is how long a refunded ticket must be remembered: as long
