@@ -114,7 +114,7 @@ type selectResponse struct {
 	Index     int    `json:"index"`
 	// Decision is the admitted candidate's decision, with the ticket that
 	// settles or refunds it.
-	Decision *decisionResponse `json:"decision,omitempty"`
+	Decision *DecisionResponse `json:"decision,omitempty"`
 	// RetryAfterMS, when none is admitted, is the earliest retry-after
 	// among the capped candidates.
 	RetryAfterMS int64 `json:"retry_after_ms"`

@@ -90,9 +90,10 @@ type refundRequest struct {
 	Ticket string `json:"ticket"`
 }
 
-// decisionResponse is the JSON form of a floodgate.Decision. Its shape is a
-// contract (docs/http-api.md).
-type decisionResponse struct {
+// DecisionResponse is the JSON form of a floodgate.Decision, as /v1/check,
+// /v1/record and /v1/select answer it. Its shape is a contract
+// (docs/http-api.md); clients such as `floodgate check` decode into it.
+type DecisionResponse struct {
 	Allowed      bool           `json:"allowed"`
 	Reason       string         `json:"reason"`
 	Rule         string         `json:"rule"`
@@ -102,10 +103,11 @@ type decisionResponse struct {
 	RetryAfterMS int64          `json:"retry_after_ms"`
 	Never        bool           `json:"never,omitempty"`
 	Ticket       string         `json:"ticket"`
-	Rules        []ruleResponse `json:"rules"`
+	Rules        []RuleResponse `json:"rules"`
 }
 
-type ruleResponse struct {
+// RuleResponse is one rule's part of a DecisionResponse.
+type RuleResponse struct {
 	Name         string `json:"name"`
 	Allowed      bool   `json:"allowed"`
 	Shadow       bool   `json:"shadow"`
@@ -125,8 +127,8 @@ func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func (s *Server) respond(d *floodgate.Decision, ticket string) decisionResponse {
-	out := decisionResponse{
+func (s *Server) respond(d *floodgate.Decision, ticket string) DecisionResponse {
+	out := DecisionResponse{
 		Allowed:      d.Allowed,
 		Reason:       d.Reason.String(),
 		Rule:         d.Rule,
@@ -136,10 +138,10 @@ func (s *Server) respond(d *floodgate.Decision, ticket string) decisionResponse 
 		RetryAfterMS: millis(d.RetryAfter),
 		Never:        d.Never,
 		Ticket:       ticket,
-		Rules:        make([]ruleResponse, 0, len(d.Rules())),
+		Rules:        make([]RuleResponse, 0, len(d.Rules())),
 	}
 	for _, r := range d.Rules() {
-		out.Rules = append(out.Rules, ruleResponse{
+		out.Rules = append(out.Rules, RuleResponse{
 			Name:         r.Name,
 			Allowed:      r.Allowed,
 			Shadow:       r.Shadow,

@@ -123,13 +123,13 @@ func (ts *testServer) do(method, path, body string, header ...string) (int, http
 }
 
 // decide posts a decision request and decodes the 200 answer.
-func (ts *testServer) decide(path, body string) decisionResponse {
+func (ts *testServer) decide(path, body string) DecisionResponse {
 	ts.t.Helper()
 	code, _, b := ts.do("POST", path, body)
 	if code != http.StatusOK {
 		ts.t.Fatalf("POST %s %s: %d %s", path, body, code, b)
 	}
-	var d decisionResponse
+	var d DecisionResponse
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
@@ -153,12 +153,12 @@ func TestCheckResponseShape(t *testing.T) {
 			t.Errorf("response lacks %q: %s", k, b)
 		}
 	}
-	var d decisionResponse
+	var d DecisionResponse
 	json.Unmarshal(b, &d)
-	want := decisionResponse{
+	want := DecisionResponse{
 		Allowed: true, Rule: "per-user", Limit: 3, Remaining: 2, ResetAfterMS: 1000,
 		Ticket: d.Ticket,
-		Rules: []ruleResponse{
+		Rules: []RuleResponse{
 			{Name: "per-user", Allowed: true, Limit: 3, Remaining: 2, ResetAfterMS: 1000},
 			{Name: "per-org", Allowed: true, Limit: 10, Remaining: 9, ResetAfterMS: 100},
 			{Name: "dark", Allowed: true, Shadow: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000},
@@ -509,7 +509,7 @@ func FuzzDecisionRequest(f *testing.F) {
 			h.ServeHTTP(w, r)
 			switch w.code {
 			case 200:
-				var d decisionResponse
+				var d DecisionResponse
 				if err := json.Unmarshal(w.body.Bytes(), &d); err != nil {
 					t.Fatalf("%s: 200 with %s", path, w.body.Bytes())
 				}

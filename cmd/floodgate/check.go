@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/floodgate-go/floodgate/server"
 )
 
 const checkUsage = `
@@ -46,29 +48,6 @@ func (a attrFlag) Set(s string) error {
 	}
 	a[k] = v
 	return nil
-}
-
-// checkResult is the service's decision as check reads it.
-type checkResult struct {
-	Allowed      bool   `json:"allowed"`
-	Reason       string `json:"reason"`
-	Rule         string `json:"rule"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	Never        bool   `json:"never"`
-	Ticket       string `json:"ticket"`
-	Rules        []struct {
-		Name         string `json:"name"`
-		Allowed      bool   `json:"allowed"`
-		Shadow       bool   `json:"shadow"`
-		Limit        int64  `json:"limit"`
-		Remaining    int64  `json:"remaining"`
-		ResetAfterMS int64  `json:"reset_after_ms"`
-		RetryAfterMS int64  `json:"retry_after_ms"`
-		Never        bool   `json:"never"`
-	} `json:"rules"`
 }
 
 func (m *Main) check(ctx context.Context, args []string) int {
@@ -134,7 +113,7 @@ func (m *Main) check(ctx context.Context, args []string) int {
 		}
 		return exitUsage
 	}
-	var d checkResult
+	var d server.DecisionResponse
 	if err := json.Unmarshal(raw, &d); err != nil {
 		fmt.Fprintf(m.Stderr, "floodgate check: the answer is not a decision: %v\n", err)
 		return exitUsage
@@ -157,7 +136,7 @@ func ms(n int64) string {
 	return (time.Duration(n) * time.Millisecond).String()
 }
 
-func printDecision(w io.Writer, limiter string, d *checkResult) {
+func printDecision(w io.Writer, limiter string, d *server.DecisionResponse) {
 	verdict := "ALLOWED"
 	if !d.Allowed {
 		verdict = "DENIED"
