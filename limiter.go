@@ -93,6 +93,7 @@ type Limiter struct {
 	breaker  *breaker
 	observer Observer
 	logger   *slog.Logger
+	opts     Options // as given to New, for views made with Only
 
 	batches    sync.Pool
 	lastLog    atomic.Int64
@@ -135,6 +136,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 		breaker:  newBreaker(opts.Breaker),
 		observer: opts.Observer,
 		logger:   opts.Logger,
+		opts:     *opts,
 	}
 	if l.clock == nil {
 		l.clock = defaultClock

@@ -97,10 +97,8 @@ func (l *Limiter) Only(rules ...string) (*Limiter, error) {
 		}
 		keep = append(keep, all[i])
 	}
-	sub, err := New(l.name, l.store, keep, &Options{
-		Clock: l.clock, FailurePolicy: l.policy, Shadow: l.shadow,
-		Timeout: l.timeout, Observer: l.observer, Logger: l.logger,
-	})
+	opts := l.opts
+	sub, err := New(l.name, l.store, keep, &opts)
 	if err != nil {
 		return nil, err
 	}
