@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/sethvargo/go-limiter/memorystore"
+)
+
+// BenchmarkFloor prices, on the machine at hand and in the same run as
+// go-limiter's memorystore, the steps no exact keyed limiter can skip: read
+// the clock, find the key among 10,000, and update its state under a lock.
+// The "floor" row does just those three steps and nothing else (no
+// algorithm, no result), so it is a lower bound for any in-memory limiter
+// that reads the clock per decision: a target below it cannot be met by
+// making floodgate faster. docs/benchmarks.md uses it for the SPEC §8 memory
+// targets.
+//
+// Run: cd bench && go test -run '^$' -bench Floor -benchmem -count 6
+func BenchmarkFloor(b *testing.B) {
+	keys := benchKeys()
+	index := make(map[string]*int64, len(keys))
+	for _, k := range keys {
+		index[k] = new(int64)
+	}
+	fast := new(floodgate.FastClock)
+	var mu sync.Mutex
+	var sink int64
+
+	gl, err := memorystore.New(&memorystore.Config{Tokens: 1 << 40, Interval: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gl.Close(context.Background())
+	for _, k := range keys {
+		if _, _, _, ok, err := gl.Take(context.Background(), k); err != nil || !ok {
+			b.Fatal("go-limiter warm-up denied")
+		}
+	}
+
+	steps := []struct {
+		name string
+		step func(key string)
+	}{
+		{"clock/time.Now", func(string) { sink += time.Now().UnixNano() }},
+		{"clock/floodgate.FastClock", func(string) { sink += fast.Now().UnixNano() }},
+		{"mutex/lock+unlock", func(string) { mu.Lock(); sink++; mu.Unlock() }},
+		{"map/lookup-10k", func(k string) { sink += *index[k] }},
+		{"floor/clock+lock+lookup+update", func(k string) {
+			now := fast.Now().UnixNano()
+			mu.Lock()
+			*index[k] = now
+			mu.Unlock()
+		}},
+		{"sethvargo-go-limiter", func(k string) {
+			if _, _, _, ok, err := gl.Take(context.Background(), k); err != nil || !ok {
+				b.Fatal("go-limiter denied")
+			}
+		}},
+	}
+	for _, s := range steps {
+		b.Run(s.name, func(b *testing.B) {
+			b.ReportAllocs()
+			r := newSplitmix()
+			cpu := cpuNow()
+			for b.Loop() {
+				s.step(keys[r.intn(numKeys)])
+			}
+			b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+	if sink == 42 {
+		b.Log(sink) // keeps the steps' work from being optimised away
+	}
+}
