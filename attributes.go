@@ -1,6 +1,9 @@
 package floodgate
 
-import "strings"
+import (
+	"strings"
+	"sync"
+)
 
 // Attributes are the facts about one request that rules derive keys from and
 // overrides match on: a user id, a tenant, a client IP, a route. A missing or
@@ -17,6 +20,32 @@ func (a Attributes) matches(attrs Attributes) bool {
 	return true
 }
 
+// lent lends a copy of a request's attributes to a rule's callbacks
+// (KeyFunc and LimitFunc) and takes it back when the callback returns.
+//
+// Handing the callbacks the caller's own map would let it escape, as far as
+// the compiler can tell, from every decision method, so every Attributes
+// literal a caller writes in a call (lim.Allow(ctx, floodgate.Attributes{"user": id}))
+// would be allocated on the heap, callbacks or not. With the copy, such a
+// literal stays on the caller's stack and a decision allocates nothing; the
+// copy is paid only by rules that have callbacks, and the copies are
+// recycled. A callback must therefore not keep attrs after it returns.
+func lend(attrs Attributes) Attributes {
+	c := lentPool.Get().(Attributes)
+	for k, v := range attrs {
+		c[k] = v
+	}
+	return c
+}
+
+// giveBack clears a map from lend and recycles it.
+func giveBack(c Attributes) {
+	clear(c)
+	lentPool.Put(c)
+}
+
+var lentPool = sync.Pool{New: func() any { return make(Attributes, 8) }}
+
 // globalKey is the key of a rule with no key attributes.
 const globalKey = "*"
 
@@ -25,7 +54,9 @@ const globalKey = "*"
 // common case does not allocate. Composite keys join escaped values with ':'.
 func (c *compiledRule) keyFor(attrs Attributes) string {
 	if c.KeyFunc != nil {
-		k := c.KeyFunc(attrs)
+		lent := lend(attrs)
+		k := c.KeyFunc(lent)
+		giveBack(lent)
 		if k == "" {
 			return ""
 		}

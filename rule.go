@@ -37,14 +37,17 @@ type Rule struct {
 	// requests.
 	Key []string
 	// KeyFunc, when set, replaces Key: it derives the key from the request,
-	// and "" skips the rule.
+	// and "" skips the rule. It is given a copy of the request's
+	// attributes that is recycled when it returns, so it must not keep
+	// the map.
 	KeyFunc func(Attributes) string
 	// Overrides replace Limit (and Burst) for requests whose attributes
 	// match; the first match wins.
 	Overrides []Override
 	// LimitFunc, when set, is consulted after Overrides: it returns the
 	// limit for this request, or 0 to keep the one found so far. Its error
-	// makes the decision a store failure under the failure policy.
+	// makes the decision a store failure under the failure policy. Like
+	// KeyFunc, it is lent a copy of the attributes and must not keep it.
 	LimitFunc func(ctx context.Context, attrs Attributes) (int64, error)
 	// Shadow makes the rule report without enforcing: a shadow rule that
 	// would deny neither denies the decision nor consumes.
@@ -208,7 +211,9 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params,
 		}
 	}
 	if c.LimitFunc != nil {
-		l, err := c.LimitFunc(ctx, attrs)
+		lent := lend(attrs)
+		l, err := c.LimitFunc(ctx, lent)
+		giveBack(lent)
 		if err != nil {
 			return p, err
 		}

@@ -4,8 +4,8 @@ package memory_test
 //
 // Every benchmark prebuilds its request attributes (one Attributes map per
 // key) before the timer starts and touches every key once, so the timed loop
-// measures decisions on existing keys; BenchmarkAttributesPerCall shows what
-// building the map in the loop adds. Keys are drawn uniformly at random by a
+// measures decisions on existing keys; BenchmarkAttributesPerCall builds the
+// map in the call instead. Keys are drawn uniformly at random by a
 // per-goroutine generator. Limits are high enough that every decision is
 // admitted (the costlier path: a ticket id and a charge) unless the name says
 // "denied". The limiter reads the system clock, as in production.
@@ -259,8 +259,9 @@ func BenchmarkDenied(b *testing.B) {
 	}
 }
 
-// BenchmarkAttributesPerCall builds the request's Attributes map inside the
-// timed loop, as a caller that derives it per request does; compare with
+// BenchmarkAttributesPerCall writes the request's Attributes as a literal in
+// the call, as most callers do; the limiter does not let the map escape, so
+// it stays on the caller's stack. Compare with
 // BenchmarkLimiter/rules=1/keys=10k/serial, which reuses prebuilt maps.
 func BenchmarkAttributesPerCall(b *testing.B) {
 	attrs := benchAttrs(10_000)

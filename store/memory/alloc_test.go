@@ -1,0 +1,75 @@
+package memory_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+)
+
+// TestDecisionsDoNotAllocate checks the zero-allocation promise the way a
+// caller meets it: an Attributes literal written in the call, existing keys,
+// every decision method, with and without rule callbacks. A rule keyed on
+// several attributes joins their values into a new string, its one
+// allocation. (The benchmarks show the same; this makes a regression fail
+// the tests.)
+func TestDecisionsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items, so pooled paths allocate")
+	}
+	store := memory.New(nil)
+	defer store.Close()
+	rules := []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.TokenBucket, Limit: 1e6, Window: time.Second, Key: []string{"user"}},
+		{Name: "per-org", Algorithm: floodgate.FixedWindow, Limit: 1e9, Window: time.Hour, Key: []string{"org"}},
+		{Name: "per-org-fn", Algorithm: floodgate.GCRA, Limit: 1e6, Window: time.Second,
+			KeyFunc:   func(a floodgate.Attributes) string { return a["org"] },
+			LimitFunc: func(_ context.Context, a floodgate.Attributes) (int64, error) { return int64(len(a)) * 1e6, nil },
+		},
+	}
+	composite := floodgate.Rule{Name: "per-org-user", Algorithm: floodgate.SlidingWindow, Limit: 1e9, Window: time.Hour, Key: []string{"org", "user"}}
+	for _, tc := range []struct {
+		name  string
+		rules []floodgate.Rule
+		want  float64
+	}{
+		{"one rule", rules[:1], 0},
+		{"three rules, one with callbacks", rules, 0},
+		{"a composite key", []floodgate.Rule{rules[0], composite}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := floodgate.New("alloc", store, tc.rules, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			users := make([]string, 64)
+			for i := range users {
+				users[i] = "u" + strconv.Itoa(i)
+			}
+			ctx := context.Background()
+			i := 0
+			calls := map[string]func(){
+				"Allow": func() {
+					if d := l.Allow(ctx, floodgate.Attributes{"user": users[i%64], "org": "acme"}); !d.Allowed {
+						t.Fatalf("denied: %+v", d)
+					}
+				},
+				"AllowN": func() { _, _ = l.AllowN(ctx, floodgate.Attributes{"user": users[i%64], "org": "acme"}, 2) },
+				"Peek":   func() { _, _ = l.Peek(ctx, floodgate.Attributes{"user": users[i%64], "org": "acme"}, 1) },
+				"Record": func() { _, _ = l.Record(ctx, floodgate.Attributes{"user": users[i%64], "org": "acme"}, 1) },
+			}
+			for _, u := range users { // every key exists before counting
+				l.Allow(ctx, floodgate.Attributes{"user": u, "org": "acme"})
+			}
+			for name, call := range calls {
+				n := testing.AllocsPerRun(200, func() { i++; call() })
+				if n != tc.want {
+					t.Errorf("%s: %v allocations per decision, want %v", name, n, tc.want)
+				}
+			}
+		})
+	}
+}
