@@ -83,6 +83,7 @@ func shared(f allowFunc) func() allowFunc { return func() allowFunc { return f }
 var contenders = []contender{
 	{"floodgate/token_bucket", floodgateSetup(floodgate.TokenBucket, false)},
 	{"floodgate/token_bucket/prebuilt-attrs", floodgateSetup(floodgate.TokenBucket, true)},
+	{"floodgate/token_bucket/literal-attrs", floodgateLiteralSetup},
 	{"floodgate/fixed_window", floodgateSetup(floodgate.FixedWindow, false)},
 	{"floodgate/gcra", floodgateSetup(floodgate.GCRA, false)},
 	{"x-time-rate/mutex-map", rateMutexMapSetup},
@@ -132,6 +133,21 @@ func floodgateSetup(alg floodgate.Algorithm, prebuilt bool) func(testing.TB, []s
 			}
 		}, done
 	}
+}
+
+// floodgateLiteralSetup is floodgateSetup's token bucket called the way the
+// README writes it, with an Attributes literal in the call. The map stays on
+// the caller's stack (no allocation) but is built per request.
+func floodgateLiteralSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+	st := memory.New(nil)
+	l, err := floodgate.New("bench", st, []floodgate.Rule{{Name: "per-user", Algorithm: floodgate.TokenBucket,
+		Key: []string{"user"}, Limit: 1_000_000_000, Window: time.Second}}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return shared(func(ctx context.Context, i int) bool {
+		return l.Allow(ctx, floodgate.Attributes{"user": keys[i]}).Allowed
+	}), func() { st.Close() }
 }
 
 // rateMutexMapSetup is the idiom most Go services write: a mutex-guarded map
