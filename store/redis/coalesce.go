@@ -2,11 +2,8 @@ package redis
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/redis/rueidis"
 )
@@ -168,14 +165,11 @@ func (co *coalescer) send(batch []*pending) {
 		nk += len(p.c.keys)
 	}
 	keys := make([]string, 0, nk)
-	args := make([]string, 0, 2*len(batch)+1)
-	counts := make([]byte, 0, 4*len(batch))
+	args := make([]string, 0, len(batch))
 	for _, p := range batch {
 		keys = append(keys, p.c.keys...)
 		args = append(args, p.c.args...)
-		counts = binary.LittleEndian.AppendUint32(counts, uint32(len(p.c.keys)))
 	}
-	args = append(args, unsafe.String(unsafe.SliceData(counts), len(counts)))
 	multi := call{keys: keys, args: args}
 	res := co.c.Do(ctx, co.cmd(&multi, false))
 	if err := res.Error(); err != nil {
@@ -187,39 +181,19 @@ func (co *coalescer) send(batch []*pending) {
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		err = &serverError{msg: re.Error()}
 	}
-	for _, p := range batch {
-		if err == nil {
-			if out, err = p.decode(out); err != nil {
-				p.err = err
+	if err == nil {
+		replies := make([][]int64, len(batch))
+		errs := make([]error, len(batch))
+		if err = splitReply(out, replies, errs); err == nil {
+			for i, p := range batch {
+				p.reply, p.err = replies[i], errs[i]
 			}
-		} else {
+		}
+	}
+	for _, p := range batch {
+		if err != nil {
 			p.err = err
 		}
 		close(p.done)
 	}
 }
-
-// decode takes p's reply (or error) from the front of a coalesced call's
-// reply and returns the rest.
-func (p *pending) decode(out string) (string, error) {
-	if len(out) < 4 {
-		return out, errShortReply
-	}
-	n := int32(binary.LittleEndian.Uint32([]byte(out[:4])))
-	out = out[4:]
-	if n < 0 {
-		m := int(-1 - n)
-		if len(out) < m {
-			return out, errShortReply
-		}
-		p.err = &serverError{msg: out[:m]}
-		return out[m:], nil
-	}
-	if len(out) < 8*int(n) {
-		return out, errShortReply
-	}
-	p.reply, p.err = decodeReply(out[:8*int(n)], nil)
-	return out[8*int(n):], nil
-}
-
-var errShortReply = errors.New("redis: coalesced script reply too short")

@@ -71,7 +71,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 				d := admitted[rng.IntN(len(admitted))]
 				b.Ticket, b.Cost = d.b.Ticket, d.b.Cost
 				for i, op := range d.b.Ops {
-					op.Stamp = d.reply[2+i*replyPerOp+5]
+					op.Stamp = d.reply[2+i*replyPerOp+replyStamp]
 					b.Ops = append(b.Ops, op)
 				}
 			} else {

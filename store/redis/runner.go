@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
+	"math"
 	"strings"
 	"sync"
 
@@ -102,21 +102,86 @@ func (r *rueidisRunner) fill(c *call, res rueidis.RedisResult) {
 	c.reply, c.err = decodeReply(s, err)
 }
 
-// decodeReply turns the script's reply, little-endian 64-bit integers in
-// a string, into numbers.
+// decodeReply returns the reply to a call of one batch: its numbers, or
+// its error.
 func decodeReply(s string, err error) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(s)%8 != 0 {
-		return nil, fmt.Errorf("redis: script reply of %d bytes", len(s))
+	var replies [1][]int64
+	var errs [1]error
+	if err := splitReply(s, replies[:], errs[:]); err != nil {
+		return nil, err
 	}
-	v := make([]int64, len(s)/8)
-	for i := range v {
-		v[i] = int64(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
-	}
-	return v, nil
+	return replies[0], errs[0]
 }
+
+// splitReply reads the script's reply to a call of len(replies) batches
+// into each batch's numbers or error (a *serverError). The reply is
+// little-endian doubles, integers all: for each batch a count n, then
+// n numbers; a failed batch's count is -1 - the length of its error
+// message, and the messages follow the numbers, in order.
+func splitReply(s string, replies [][]int64, errs []error) error {
+	pos, failed := 0, 0
+	for i := range replies {
+		if len(s)-pos < 8 {
+			return errShortReply
+		}
+		n := replyNumber(s[pos:])
+		pos += 8
+		if n < 0 {
+			failed++
+			continue
+		}
+		if int64(len(s)-pos)/8 < n {
+			return errShortReply
+		}
+		v := make([]int64, n)
+		for j := range v {
+			v[j] = replyNumber(s[pos+8*j:])
+		}
+		replies[i], errs[i] = v, nil
+		pos += 8 * int(n)
+	}
+	if failed == 0 {
+		if pos != len(s) {
+			return errLongReply
+		}
+		return nil
+	}
+	// The messages of the failed batches, in order, after the numbers.
+	msgs := pos
+	pos = 0
+	for i := range replies {
+		n := replyNumber(s[pos:])
+		pos += 8
+		if n >= 0 {
+			pos += 8 * int(n)
+			continue
+		}
+		m := int(-1 - n)
+		if len(s)-msgs < m {
+			return errShortReply
+		}
+		replies[i], errs[i] = nil, &serverError{msg: strings.Clone(s[msgs : msgs+m])}
+		msgs += m
+	}
+	if msgs != len(s) {
+		return errLongReply
+	}
+	return nil
+}
+
+// replyNumber reads the number (a double holding an integer) at the start
+// of s.
+func replyNumber(s string) int64 {
+	return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[:8]))))
+}
+
+var (
+	errShortReply = errors.New("redis: script reply too short")
+	errLongReply  = errors.New("redis: script reply too long")
+)
 
 // goRedisRunner runs scripts on a go-redis client.
 type goRedisRunner struct {

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
+	"math"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -23,11 +24,39 @@ var scriptSHA = func() string {
 }()
 
 // Script modes: floodgate.Mode values, plus compensate.
+const modeCompensate = 5
+
+// The script's arguments and reply (see scripts/apply.lua).
 const (
-	modeCompensate = 5
-	argsPerOp      = 12
-	replyPerOp     = 7
-	headArgs       = 5
+	// headArgs are the numbers before a batch's ops: mode, now, cost, ops,
+	// keys, how long a refunded ticket is remembered.
+	headArgs = 6
+	// opArgs are the numbers every op has (kind, limit, window, burst,
+	// align, shadow); calendar windows, sliding windows and refunds add
+	// theirs.
+	opArgs = 6
+	// keysArg is the byte offset of the number of keys in a batch's blob.
+	keysArg = 8 * 4
+	// replyPerOp are the numbers of each op in a batch's reply, after the
+	// batch's own two (allowed, now).
+	replyPerOp = 5
+)
+
+// The numbers of an op's reply, by position.
+const (
+	replyStatus = iota // statusRefused, statusAdmitted, statusCharged or statusNever
+	replyRetry
+	replyRemaining
+	replyReset
+	replyStamp
+)
+
+// An op's status in a reply.
+const (
+	statusRefused  = 0
+	statusAdmitted = 1 // admitted, not charged (a peek, or a denied batch)
+	statusCharged  = 2 // admitted and charged
+	statusNever    = 3 // the cost exceeds what the rule can ever admit
 )
 
 // suffix names each algorithm's state key, so a rule that changes its
@@ -111,21 +140,25 @@ func ticketLifetime(p *floodgate.Params) int64 {
 // build fills c with the keys and arguments that run the ops at idx of b in
 // the given mode. now is the time in µs, or -1 for the server's; ref (µs) is
 // the time calendar windows are computed around. The numbers travel as one
-// blob of little-endian 64-bit integers, which the script reads with
-// struct.unpack: parsing many decimal arguments costs the server more than
-// the rest of the script.
+// blob of little-endian doubles, which the script reads with struct.unpack:
+// parsing many decimal arguments costs the server more than the rest of the
+// script, and a double is what Lua holds anyway (every number here is an
+// integer below 2^53, so it is exact). Each op sends only the numbers its
+// algorithm and the mode use; the ticket follows in decimal.
 func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	c.keys = c.keys[:0]
-	blob := make([]byte, 0, 8*(headArgs+argsPerOp*len(idx)))
-	put := func(v int64) { blob = binary.LittleEndian.AppendUint64(blob, uint64(v)) }
+	blob := make([]byte, 0, 8*(headArgs+(opArgs+1)*len(idx))+20)
+	put := func(v int64) { blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(v))) }
 	var keep int64
 	for _, i := range idx {
 		keep = max(keep, ticketLifetime(&b.Ops[i].Params))
 	}
+	refund := mode == int(floodgate.ModeRefund) || mode == modeCompensate
 	put(int64(mode))
 	put(now)
 	put(b.Cost)
 	put(int64(len(idx)))
+	put(0) // the number of keys, set below
 	put(keep)
 	for _, i := range idx {
 		op := &b.Ops[i]
@@ -139,30 +172,33 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 		if op.Shadow {
 			shadow = 1
 		}
-		stamp := op.Stamp
-		if stamps != nil {
-			stamp = stamps[i]
-		}
-		var bounds [4]int64
-		if calendar(p) {
-			bounds = calBounds(p, ref)
-		}
 		put(int64(p.Algorithm))
 		put(p.Limit)
 		put(p.Window.Microseconds())
 		put(p.Burst)
-		put(p.Buckets)
 		put(int64(p.Align))
 		put(shadow)
-		put(stamp)
-		for _, v := range bounds {
-			put(v)
+		if calendar(p) { // the script reads bounds of fixed windows with align >= 2
+			for _, v := range calBounds(p, ref) {
+				put(v)
+			}
+		}
+		if p.Algorithm == floodgate.SlidingWindow {
+			put(p.Buckets)
+		}
+		if refund {
+			stamp := op.Stamp
+			if stamps != nil {
+				stamp = stamps[i]
+			}
+			put(stamp)
 		}
 	}
-	ticket := strconv.FormatUint(b.Ticket, 10)
-	c.args = append(c.args[:0], unsafe.String(unsafe.SliceData(blob), len(blob)), ticket)
 	if mode == int(floodgate.ModeRefund) {
 		op := &b.Ops[idx[0]]
-		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+ticket))
+		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
 	}
+	binary.LittleEndian.PutUint64(blob[keysArg:], math.Float64bits(float64(len(c.keys))))
+	blob = strconv.AppendUint(blob, b.Ticket, 10)
+	c.args = append(c.args[:0], unsafe.String(unsafe.SliceData(blob), len(blob)))
 }

@@ -357,7 +357,7 @@ func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
 	for j, i := range g.idx {
 		v := r[j*replyPerOp : (j+1)*replyPerOp]
 		op := &b.Ops[i]
-		op.Result.Remaining, op.Result.ResetAfter = v[3], micros(v[4])
+		op.Result.Remaining, op.Result.ResetAfter = v[replyRemaining], micros(v[replyReset])
 		if statusOnly {
 			op.Stamp = 0
 			continue
@@ -368,9 +368,11 @@ func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
 			}
 			continue
 		}
-		op.Result.Allowed, op.Result.Never, op.Result.RetryAfter = v[0] == 1, v[1] == 1, micros(v[2])
-		if b.Mode == floodgate.ModeRecord || v[6] == 1 {
-			op.Stamp = v[5]
+		st := v[replyStatus]
+		op.Result.Allowed = st == statusAdmitted || st == statusCharged
+		op.Result.Never, op.Result.RetryAfter = st == statusNever, micros(v[replyRetry])
+		if b.Mode == floodgate.ModeRecord || st == statusCharged {
+			op.Stamp = v[replyStamp]
 		}
 	}
 }
@@ -388,9 +390,9 @@ func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group,
 		cg := &group{}
 		r := g.c.reply[2:]
 		for j, i := range g.idx {
-			if r[j*replyPerOp+6] == 1 {
+			if v := r[j*replyPerOp : (j+1)*replyPerOp]; v[replyStatus] == statusCharged {
 				cg.idx = append(cg.idx, i)
-				stamps[i] = r[j*replyPerOp+5]
+				stamps[i] = v[replyStamp]
 			}
 		}
 		if len(cg.idx) > 0 {

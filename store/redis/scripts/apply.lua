@@ -1,29 +1,37 @@
--- floodgate: apply one batch of rule operations in one atomic step.
+-- floodgate: apply batches of rule operations, each in one atomic step.
 --
 -- This is a line-by-line port of internal/algo: every quantity is an integer
 -- number of microseconds or units held in a Lua number (a double), exact
 -- below 2^53, which rule validation keeps the products under. Divisions go
 -- through fdiv, which corrects the rounded quotient, so that they are exact.
 --
--- ARGV[1] is little-endian 64-bit integers, read with struct.unpack (numbers
--- travel without being parsed from text):
---   mode: 0 consume, 1 peek, 2 record, 3 refund, 4 reset,
---         5 compensate (a refund that keeps no spent-ticket record)
---   now in µs, or -1 to use the server's TIME
---   cost, number of ops, how long a refunded ticket is remembered (µs)
---   then 12 per op: kind limit window burst buckets align shadow stamp
---                   b0 b1 b2 b3 (calendar window boundaries, µs)
--- ARGV[2] is the ticket (lease id) in decimal.
--- KEYS: each op's state key (a concurrency op has a second, its lease set),
---       then, for refunds, the spent-ticket key.
+-- Each ARGV is one batch (one decision): little-endian doubles, read with
+-- struct.unpack (numbers travel without being parsed from text, and a
+-- double is what Lua holds anyway):
+--   head: mode (0 consume, 1 peek, 2 record, 3 refund, 4 reset,
+--         5 compensate: a refund that keeps no spent-ticket record),
+--         now in µs or -1 to use the server's TIME, cost, number of ops,
+--         number of keys, how long a refunded ticket is remembered (µs)
+--   then per op: kind limit window burst align shadow, followed by
+--         the boundaries b0 b1 b2 b3 of calendar windows (fixed windows
+--         with align >= 2 only), buckets (sliding windows only) and
+--         stamp (refund and compensate only)
+--   then the ticket (lease id) in decimal, to the end of the string.
+-- KEYS: each batch's keys, one batch after another: each op's state key
+--       (a concurrency op has a second, its lease set), then, for refunds,
+--       the spent-ticket key.
 --
--- Reply: little-endian 64-bit integers in a string: allowed, now, then per
--- op: ok never retry remaining reset stamp took; or -1, now when a
--- calendar window holding now was not among the boundaries passed in
--- (nothing has been changed; the caller retries).
---
--- Several batches may share one call (coalescing): ARGV is then blob and
--- ticket of each batch, then their key counts; see the end of the script.
+-- Several batches may share one call (coalescing); each is applied
+-- atomically and independently of the others, exactly as alone, and one
+-- batch's error is its own. The reply is one string of little-endian
+-- doubles: for each batch, a count n, then either n numbers, its reply:
+--   allowed, now, then per op: status (0 refused, 1 admitted, 2 admitted
+--   and charged, 3 never: the cost exceeds the limit), retry, remaining,
+--   reset, stamp;
+--   or -1, now when a calendar window holding now was not among the
+--   boundaries passed in (nothing has been changed; the caller retries);
+-- or, when n < 0, nothing: the batch failed, and its error message, -1 - n
+-- bytes long, follows all the numbers, after those of earlier failures.
 
 local MAX = 9007199254740992 -- 2^53, algo.MaxUnits
 local floor = math.floor
@@ -53,15 +61,19 @@ end
 -- batches of a coalesced call run at the same instant.
 local servernow
 
-local OPFMT = '<i8i8i8i8i8i8i8i8i8i8i8i8'
+local HEADFMT = '<dddddd'
+local OPFMT = '<dddddd'
+local BOUNDSFMT = '<dddd'
+local ONEFMT = '<d'
 -- Fixed windows, token buckets and GCRA keep their state (a, b, c) as three
 -- little-endian 64-bit integers in a string.
 local STATEFMT = '<i8i8i8'
--- A batch's reply is little-endian 64-bit integers in a string: a head
--- (allowed, now), then 7 per op. A string costs the server far less than an
--- array of integers.
-local HEADFMT = '<i8i8'
-local OPREPLYFMT = '<i8i8i8i8i8i8i8'
+
+-- The reply's numbers are gathered in R (rn of them) and packed into one
+-- string at the end: one struct.pack per call, no string per batch. A
+-- string costs the server far less than an array of integers, and the
+-- client far less to read.
+local R, rn = {}, 0
 
 -- now is the batch's time (µs). slack (ms) lengthens TTLs when the caller
 -- supplies the time: key expiry runs on the server's clock, which may run
@@ -74,25 +86,35 @@ local now, slack
 -- Numbers are passed to redis.call as they are: Redis 7 writes an integral
 -- double below 2^53 as its exact decimal digits.
 -- ttl is the relative expiry in ms (rounded up) of an instant exp in µs.
+-- It is decimal text: a number argument of redis.call is formatted with
+-- "%.17g", which costs more than the SET it is for. TTLs repeat (a window,
+-- one millisecond), so each distinct one is formatted once per call.
+local ttltext = {}
 local function ttl(exp)
   local ms = ceildiv(exp - now, 1000)
   if ms < 1 then ms = 1 end
-  return ms + slack
+  ms = ms + slack
+  local t = ttltext[ms]
+  if not t then
+    t = string.format('%d', ms)
+    ttltext[ms] = t
+  end
+  return t
 end
 
 -- The state of fixed windows, token buckets and GCRA (one string per key)
--- goes through a cache that lives for one script call: each key is read at
--- most once and written at most once per call, however many of the call's
+-- goes through a cache that lives for one script call: each key is read
+-- once and written at most once per call, however many of the call's
 -- batches touch it (a global rule's key is in every one). Batches see each
 -- other's writes in order, exactly as if each were its own call. sget
 -- returns a key's value or nil; sset and sdel change it; flush writes the
 -- changed keys back, each with the TTL of its last write.
-local cval, cms, cdirty, corig = {}, {}, {}, {}
+local cval, cms, cdirty = {}, {}, {}
 local function sget(k)
   local v = cval[k]
   if v == nil then
     v = redis.call('GET', k) -- false when absent
-    cval[k], corig[k] = v, v
+    cval[k] = v
   end
   if v then return v end
   return nil
@@ -103,46 +125,52 @@ end
 local function sdel(k)
   cval[k], cdirty[k] = false, true
 end
--- prefetch reads, with one MGET, every string-state key among KEYS not yet
--- in the cache: each call's keys are read once, not one GET per rule. A
--- key's last letter names its algorithm (f, t, g: a string; s, c, l: a
--- hash or a set; a spent ticket's key ends in digits).
+-- prefetch reads every key of the call with MGET (in chunks that fit
+-- Lua's stack), before any batch runs: one command instead of a GET per
+-- rule. MGET answers nil for a key of another type (a sliding window's
+-- hash, a lease set), which only string states are read through.
 local function prefetch()
-  local want = {}
-  for i = 1, #KEYS do
-    local k = KEYS[i]
-    local c = string.byte(k, -1)
-    if (c == 102 or c == 116 or c == 103) and cval[k] == nil then
-      cval[k] = false -- placeholder until read: listed once
-      want[#want + 1] = k
-    end
-  end
-  for s = 1, #want, 1000 do
-    local e = math.min(s + 999, #want)
-    local vs = redis.call('MGET', unpack(want, s, e))
-    for j = s, e do
-      local v = vs[j - s + 1]
-      cval[want[j]], corig[want[j]] = v, v
-    end
+  local n = #KEYS
+  for s = 1, n, 1000 do
+    local e = math.min(s + 999, n)
+    local vs = redis.call('MGET', unpack(KEYS, s, e))
+    for j = s, e do cval[KEYS[j]] = vs[j - s + 1] end
   end
 end
+-- flush writes each changed key once. A key whose final state is "absent"
+-- is deleted; deleting one that no longer exists costs a DEL, which is
+-- rarer than remembering what each key held.
 local function flush()
   for k in pairs(cdirty) do
     local v = cval[k]
     if v then
       redis.call('SET', k, v, 'PX', cms[k])
-    elseif corig[k] ~= false then -- it existed, or was never read
+    else
       redis.call('DEL', k)
     end
   end
 end
 
--- apply runs one batch: its numbers (the blob) and its ticket; its keys
--- are KEYS[kb + 1], KEYS[kb + 2], ... A coalesced call runs several
--- batches, each one atomic and independent of the others (see the end of
--- the script).
-local function apply(kb, blob, ticket)
-  local mode, nowarg, cost, nops, keep, pos = struct.unpack('<i8i8i8i8i8', blob)
+-- Per-op values of the fast path below, reused by every batch of a call
+-- (no table per op): parameters (o*), state (s*) and answer (a*).
+local okind, olimit, owindow, oburst, oalign, oshadow, obounds = {}, {}, {}, {}, {}, {}, {}
+local sa, sb, sc, sexists, sdirty = {}, {}, {}, {}, {}
+local aok, anever, aretry = {}, {}, {}
+
+-- miss answers -1, now in place of the batch's reply begun at R[base + 1]:
+-- the calendar window holding now was not among those passed in.
+local function miss(base)
+  R[base + 1], R[base + 2] = -1, now
+  rn = base + 2
+end
+
+-- apply runs one batch, its numbers and ticket in blob, its keys
+-- KEYS[kb + 1], KEYS[kb + 2], ..., and appends its reply to R. A coalesced
+-- call runs several batches, each one atomic and independent of the others
+-- (see the end of the script).
+local function apply(kb, blob)
+  local base = rn
+  local mode, nowarg, cost, nops, _, keep, pos = struct.unpack(HEADFMT, blob)
   slack = 0
   if nowarg < 0 then
     if not servernow then
@@ -162,24 +190,25 @@ local function apply(kb, blob, ticket)
   -- and per-rule tables costs the server more than these algorithms do. The
   -- conformance suite and the differential test run both paths.
   if mode <= 1 then
-    local fops = {}
-    local p = pos
+    local p, fast = pos, true
     for i = 1, nops do
-      local kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3
-      kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3, p = struct.unpack(OPFMT, blob, p)
+      local kind, limit, window, burst, align, shadow
+      kind, limit, window, burst, align, shadow, p = struct.unpack(OPFMT, blob, p)
       if kind == 2 or kind == 5 then
-        fops = nil
+        fast = false
         break
       end
-      -- o: kind limit window burst align shadow b0 b1 b2 b3, then the state
-      -- a b c exists dirty and the answer ok never retry
-      fops[i] = {kind, limit, window, burst, align, shadow == 1, b0, b1, b2, b3, 0, 0, 0, false, false, false, false, 0}
+      okind[i], olimit[i], owindow[i], oburst[i], oalign[i], oshadow[i] = kind, limit, window, burst, align, shadow == 1
+      if kind == 1 and align >= 2 then
+        local b0, b1, b2, b3
+        b0, b1, b2, b3, p = struct.unpack(BOUNDSFMT, blob, p)
+        obounds[i] = {b0, b1, b2, b3}
+      end
     end
-    if fops then
+    if fast then
       local allowed = true
       for i = 1, nops do
-        local o = fops[i]
-        local kind, limit, window, burst = o[1], o[2], o[3], o[4]
+        local kind, limit, window, burst = okind[i], olimit[i], owindow[i], oburst[i]
         local a, b, c, exists, dirty = 0, 0, 0, false, false
         local v = sget(KEYS[kb + i])
         if v then
@@ -189,18 +218,19 @@ local function apply(kb, blob, ticket)
         local ok, never, retry = false, false, 0
         if kind == 1 then
           if not exists or now >= c then
-            local align, s, e = o[5], nil, nil
+            local align, s, e = oalign[i], nil, nil
             if align == 1 then
               s = fdiv(now, window) * window
               e = s + window
             elseif align >= 2 then
-              for j = 7, 9 do
-                if o[j] <= now and now < o[j + 1] then
-                  s, e = o[j], o[j + 1]
+              local bd = obounds[i]
+              for j = 1, 3 do
+                if bd[j] <= now and now < bd[j + 1] then
+                  s, e = bd[j], bd[j + 1]
                   break
                 end
               end
-              if not s then return struct.pack(HEADFMT, -1, now) end
+              if not s then return miss(base) end
             else
               s, e = now, now + window
             end
@@ -255,17 +285,19 @@ local function apply(kb, blob, ticket)
             if over <= 0 then ok = true else retry = ceildiv(over, limit) end
           end
         end
-        if not ok and not o[6] then allowed = false end
-        o[11], o[12], o[13], o[14], o[15], o[16], o[17], o[18] = a, b, c, exists, dirty, ok, never, retry
+        if not ok and not oshadow[i] then allowed = false end
+        sa[i], sb[i], sc[i], sexists[i], sdirty[i], aok[i], anever[i], aretry[i] = a, b, c, exists, dirty, ok, never, retry
       end
-      local out = {struct.pack(HEADFMT, (allowed and mode == 0) and 1 or 0, now)}
+      local charge = allowed and mode == 0
+      R[rn + 1], R[rn + 2] = charge and 1 or 0, now
+      rn = rn + 2
       for i = 1, nops do
-        local o = fops[i]
-        local kind, limit, window, burst = o[1], o[2], o[3], o[4]
-        local a, b, c, exists, dirty, ok = o[11], o[12], o[13], o[14], o[15], o[16]
-        local stamp, took = 0, 0
-        if mode == 0 and allowed and ok then
-          took, dirty = 1, true
+        local kind, limit, window, burst = okind[i], olimit[i], owindow[i], oburst[i]
+        local a, b, c, dirty, ok = sa[i], sb[i], sc[i], sdirty[i], aok[i]
+        local status, stamp = 0, 0
+        if ok then status = 1 elseif anever[i] then status = 3 end
+        if charge and ok then
+          status, dirty = 2, true
           local n = math.min(cost, MAX)
           if kind == 1 then
             b = addc(b, n)
@@ -287,7 +319,7 @@ local function apply(kb, blob, ticket)
         end
         local rem, reset, exp
         if kind == 1 then
-          if b == 0 and o[5] == 0 then
+          if b == 0 and oalign[i] == 0 then
             rem, reset = limit, 0
           else
             rem, reset = math.max(0, limit - b), c - now
@@ -311,14 +343,14 @@ local function apply(kb, blob, ticket)
           exp = now + reset
         end
         if exp <= now then
-          if exists then sdel(KEYS[kb + i]) end
+          if sexists[i] then sdel(KEYS[kb + i]) end
         elseif dirty then
           sset(KEYS[kb + i], struct.pack(STATEFMT, a, b, c), ttl(exp))
         end
-        local never = o[17] and 1 or 0
-        out[i + 1] = struct.pack(OPREPLYFMT, ok and 1 or 0, never, o[18], rem, reset, stamp, took)
+        R[rn + 1], R[rn + 2], R[rn + 3], R[rn + 4], R[rn + 5] = status, aretry[i], rem, reset, stamp
+        rn = rn + 5
       end
-      return table.concat(out)
+      return
     end
   end
 
@@ -328,16 +360,22 @@ local function apply(kb, blob, ticket)
   local ki = kb + 1
   local haverings, haveleases = false, false
   for i = 1, nops do
-    local kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3
-    kind, limit, window, burst, buckets, align, shadow, stamp, b0, b1, b2, b3, pos = struct.unpack(OPFMT, blob, pos)
+    local kind, limit, window, burst, align, shadow
+    kind, limit, window, burst, align, shadow, pos = struct.unpack(OPFMT, blob, pos)
     -- Flags (live, exists, dirty, ok, never, took) start nil, meaning false.
     local op = {
-      kind = kind, limit = limit, window = window, burst = burst, buckets = buckets, align = align,
-      shadow = shadow == 1, stamp = stamp, key = KEYS[ki], a = 0, b = 0, c = 0,
+      kind = kind, limit = limit, window = window, burst = burst, buckets = 0, align = align,
+      shadow = shadow == 1, stamp = 0, key = KEYS[ki], a = 0, b = 0, c = 0,
       retry = 0, rem = 0, reset = 0, out = 0,
     }
     ki = ki + 1
-    if align >= 2 then op.bounds = {b0, b1, b2, b3} end
+    if kind == 1 and align >= 2 then
+      local b0, b1, b2, b3
+      b0, b1, b2, b3, pos = struct.unpack(BOUNDSFMT, blob, pos)
+      op.bounds = {b0, b1, b2, b3}
+    end
+    if kind == 2 then op.buckets, pos = struct.unpack(ONEFMT, blob, pos) end
+    if mode == 3 or mode == 5 then op.stamp, pos = struct.unpack(ONEFMT, blob, pos) end
     if kind == 5 then
       op.lkey = KEYS[ki]
       ki = ki + 1
@@ -347,6 +385,7 @@ local function apply(kb, blob, ticket)
     end
     ops[i] = op
   end
+  local ticket = string.sub(blob, pos)
   local spentkey = KEYS[ki]
 
   -- State access ------------------------------------------------------------
@@ -744,12 +783,15 @@ local function apply(kb, blob, ticket)
   -- The batch ------------------------------------------------------------------
 
   local function reply(allowed)
-    local out = {struct.pack(HEADFMT, allowed and 1 or 0, now)}
+    R[rn + 1], R[rn + 2] = allowed and 1 or 0, now
+    rn = rn + 2
     for i = 1, nops do
       local op = ops[i]
-      out[i + 1] = struct.pack(OPREPLYFMT, op.ok and 1 or 0, op.never and 1 or 0, op.retry, op.rem, op.reset, op.out, op.took and 1 or 0)
+      local status = 0
+      if op.took then status = 2 elseif op.ok then status = 1 elseif op.never then status = 3 end
+      R[rn + 1], R[rn + 2], R[rn + 3], R[rn + 4], R[rn + 5] = status, op.retry, op.rem, op.reset, op.out
+      rn = rn + 5
     end
-    return table.concat(out)
   end
 
   if mode == 4 then
@@ -772,7 +814,7 @@ local function apply(kb, blob, ticket)
     for i = 1, nops do load(ops[i]) end
     for i = 1, nops do
       local op = ops[i]
-      if op.exists and not normalize(op) then return struct.pack(HEADFMT, -1, now) end
+      if op.exists and not normalize(op) then return miss(base) end
     end
     for i = 1, nops do
       local op = ops[i]
@@ -788,7 +830,7 @@ local function apply(kb, blob, ticket)
 
   for i = 1, nops do load(ops[i]) end
   for i = 1, nops do
-    if not normalize(ops[i]) then return struct.pack(HEADFMT, -1, now) end
+    if not normalize(ops[i]) then return miss(base) end
   end
 
   local allowed = true
@@ -820,36 +862,33 @@ local function apply(kb, blob, ticket)
   return reply(allowed and mode == 0)
 end
 
--- A single batch: ARGV is its blob and its ticket, KEYS its keys.
+-- The call: every batch in ARGV, in order, each with its own keys. One
+-- batch's error does not stop the others: it becomes that batch's reply.
 prefetch()
-if #ARGV == 2 then
-  local r = apply(0, ARGV[1], ARGV[2])
-  flush()
-  return r
-end
-
--- Coalesced batches: ARGV is blob, ticket for each batch, then the number of
--- keys of each batch as little-endian 32-bit integers; KEYS are the
--- batches' keys one after another. One batch's error does not stop the
--- others. The reply is one string (a reply of nested arrays costs the
--- server more than the batches' arithmetic): for each batch, a
--- little-endian 32-bit n, then either n 64-bit integers, its reply, or
--- when n < 0, its error message of -1 - n bytes.
-local counts = ARGV[#ARGV]
-local parts = {}
+local errs = {}
 local kb = 0
-for j = 1, (#ARGV - 1) / 2 do
-  local ok, r = pcall(apply, kb, ARGV[2 * j - 1], ARGV[2 * j])
-  kb = kb + struct.unpack('<i4', counts, 4 * j - 3)
+for j = 1, #ARGV do
+  local blob = ARGV[j]
+  local at = rn + 1
+  rn = at
+  local ok, r = pcall(apply, kb, blob)
   if ok then
-    parts[#parts + 1] = struct.pack('<i4', #r / 8)
-    parts[#parts + 1] = r
+    R[at] = rn - at
   else
     local msg
-    if type(r) == 'table' and r.err then msg = r.err else msg = tostring(r) end
-    parts[#parts + 1] = struct.pack('<i4', -1 - #msg)
-    parts[#parts + 1] = msg
+    if type(r) == 'table' and r.err then msg = r.err else msg = 'ERR ' .. tostring(r) end
+    R[at], rn = -1 - #msg, at
+    errs[#errs + 1] = msg
   end
+  kb = kb + struct.unpack(ONEFMT, blob, 33) -- the batch's number of keys
 end
 flush()
-return table.concat(parts)
+if rn <= 4000 then
+  return struct.pack('<' .. string.rep('d', rn), unpack(R, 1, rn)) .. table.concat(errs)
+end
+local out = {}
+for s = 1, rn, 4000 do
+  local e = math.min(s + 3999, rn)
+  out[#out + 1] = struct.pack('<' .. string.rep('d', e - s + 1), unpack(R, s, e))
+end
+return table.concat(out) .. table.concat(errs)
