@@ -4,21 +4,20 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // decideDomain decides a request to an Envoy-format domain.
-func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) error {
+func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *rlsv3.RateLimitRequest, resp response) error {
 	n := len(req.Descriptors)
-	leaves := make([]*leaf, n)
-	keys := make([]string, n)
-	limiters := make([]*floodgate.Limiter, n)
-	var replaced map[string]bool
+	w := scratches.Get().(*scratch)
+	defer w.release()
+	w.grow(n)
+	leaves, keys, limiters := w.leaves[:n], w.keys[:n], w.limiters[:n]
 	for i, desc := range req.Descriptors {
 		var lf *leaf
 		var key string
@@ -35,28 +34,26 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 		}
 		leaves[i], keys[i] = lf, key
 		if lf != nil && len(lf.replaces) > 0 {
-			if replaced == nil {
-				replaced = make(map[string]bool)
+			if w.replaced == nil {
+				w.replaced = make(map[string]bool)
 			}
 			for _, r := range lf.replaces {
-				replaced[r] = true
+				w.replaced[r] = true
 			}
 		}
 	}
 	blocked := false
-	var groups []*group
 	for i, lf := range leaves {
 		switch {
-		case lf == nil, lf.name != "" && replaced[lf.name]:
+		case lf == nil, lf.name != "" && w.replaced[lf.name]:
 			continue // no limit applies: OK
 		case lf.unlimited:
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{
-				Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32,
-			}
+			ds := resp.status(i)
+			ds.Code, ds.LimitRemaining = rlsv3.RateLimitResponse_OK, math.MaxUint32
 			continue
 		case lf.rpu == 0:
 			// requests_per_unit 0 refuses everything: no counter needed.
-			resp.Statuses[i] = s.zeroStatus(lf)
+			s.zeroStatus(resp, i, lf)
 			blocked = blocked || !lf.shadow
 			continue
 		}
@@ -64,10 +61,9 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 		if req.Descriptors[i].GetIsNegativeHits() {
 			c = 0 // giving units back has no floodgate form: check only
 		}
-		g := fit(groups, limiters[i], c, lf)
+		g := fit(w.groups, limiters[i], c, lf)
 		if g == nil {
-			g = &group{l: limiters[i], cost: c, attrs: make(floodgate.Attributes, 2)}
-			groups = append(groups, g)
+			g = w.group(limiters[i], c)
 		}
 		g.attrs[lf.rule] = keys[i]
 		if lf.override {
@@ -76,11 +72,11 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 		g.descs = append(g.descs, i)
 		g.leaves = append(g.leaves, lf)
 	}
-	if len(groups) == 0 {
+	if len(w.groups) == 0 {
 		return nil
 	}
-	run(ctx, groups, blocked)
-	for _, g := range groups {
+	run(ctx, w.groups, blocked)
+	for _, g := range w.groups {
 		rules := g.dec.Rules()
 		for j, i := range g.descs {
 			lf := g.leaves[j]
@@ -91,10 +87,77 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 					break
 				}
 			}
-			resp.Statuses[i] = s.leafStatus(lf, rd, g)
+			s.leafStatus(resp, i, lf, rd, g)
 		}
 	}
 	return nil
+}
+
+// scratch is the working memory of one decideDomain call. Scratches are
+// recycled (see scratches), so a decision allocates none of it: nothing in
+// a scratch outlives the call, the engine keeps no reference to the
+// attributes it is given, and the response is built apart.
+type scratch struct {
+	leaves   []*leaf
+	keys     []string
+	limiters []*floodgate.Limiter
+	replaced map[string]bool
+	groups   []*group // in use, in order of creation
+	spare    []*group // cleared, ready for reuse
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// grow makes room for n descriptors.
+func (w *scratch) grow(n int) {
+	if cap(w.leaves) < n {
+		w.leaves = make([]*leaf, n)
+		w.keys = make([]string, n)
+		w.limiters = make([]*floodgate.Limiter, n)
+	}
+}
+
+// group returns a cleared group for limiter l and cost c, appended to
+// w.groups.
+func (w *scratch) group(l *floodgate.Limiter, c int64) *group {
+	var g *group
+	if k := len(w.spare); k > 0 {
+		g, w.spare = w.spare[k-1], w.spare[:k-1]
+	} else {
+		g = &group{attrs: make(floodgate.Attributes, 2)}
+	}
+	g.l, g.cost = l, c
+	w.groups = append(w.groups, g)
+	return g
+}
+
+// maxScratchDescriptors bounds the scratches kept for reuse, so that one
+// huge request does not pin its memory in the pool.
+const maxScratchDescriptors = 64
+
+// release clears w, dropping every reference the call made, and puts it
+// back in the pool.
+func (w *scratch) release() {
+	if cap(w.leaves) > maxScratchDescriptors || len(w.groups)+len(w.spare) > maxScratchDescriptors {
+		return
+	}
+	clear(w.leaves[:cap(w.leaves)])
+	clear(w.keys[:cap(w.keys)])
+	clear(w.limiters[:cap(w.limiters)])
+	clear(w.replaced)
+	for _, g := range w.groups {
+		g.l, g.cost, g.refunded = nil, 0, false
+		clear(g.attrs)
+		clear(g.descs)
+		g.descs = g.descs[:0]
+		clear(g.leaves)
+		g.leaves = g.leaves[:0]
+		g.dec = floodgate.Decision{}
+		w.spare = append(w.spare, g)
+	}
+	clear(w.groups)
+	w.groups = w.groups[:0]
+	scratches.Put(w)
 }
 
 // fit returns the group of l and cost c that does not yet hold lf, or nil.
@@ -110,14 +173,16 @@ func fit(groups []*group, l *floodgate.Limiter, c int64, lf *leaf) *group {
 	return nil
 }
 
-// leafStatus is the status of a descriptor whose limit lf was decided in g.
-func (s *Service) leafStatus(lf *leaf, rd *floodgate.RuleDecision, g *group) *rlsv3.RateLimitResponse_DescriptorStatus {
-	ds := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: lf.current()}
+// leafStatus writes the status of descriptor i, whose limit lf was decided
+// in g.
+func (s *Service) leafStatus(resp response, i int, lf *leaf, rd *floodgate.RuleDecision, g *group) {
+	ds := resp.status(i)
+	resp.setLimit(i, lf)
 	switch {
 	case g.dec.Reason == floodgate.ReasonStore || rd == nil:
 		// The store did not answer: the failure policy decided.
 		ds.Code = code(g.dec.Allowed)
-		ds.DurationUntilReset = s.alignedReset(lf)
+		resp.setReset(i, s.alignedReset(lf))
 	case rd.Allowed:
 		ds.Code = rlsv3.RateLimitResponse_OK
 		rem := rd.Remaining
@@ -125,47 +190,38 @@ func (s *Service) leafStatus(lf *leaf, rd *floodgate.RuleDecision, g *group) *rl
 			rem = min(rem+g.cost, lf.capacity())
 		}
 		ds.LimitRemaining = clamp32(rem)
-		ds.DurationUntilReset = duration(rd.ResetAfter)
+		resp.setReset(i, rd.ResetAfter)
 	default:
 		// Over the limit; a shadow limit says OK with nothing left, as
 		// the reference service does.
 		ds.Code = code(lf.shadow)
-		ds.DurationUntilReset = duration(rd.ResetAfter)
-	}
-	return ds
-}
-
-// zeroStatus is the status of a limit of 0 requests per unit.
-func (s *Service) zeroStatus(lf *leaf) *rlsv3.RateLimitResponse_DescriptorStatus {
-	return &rlsv3.RateLimitResponse_DescriptorStatus{
-		Code:               code(lf.shadow),
-		CurrentLimit:       lf.current(),
-		DurationUntilReset: s.alignedReset(lf),
+		resp.setReset(i, rd.ResetAfter)
 	}
 }
 
-// alignedReset is the time until lf's epoch-aligned window ends.
-func (s *Service) alignedReset(lf *leaf) *durationpb.Duration {
+// zeroStatus writes the status of descriptor i, whose limit lf is 0
+// requests per unit.
+func (s *Service) zeroStatus(resp response, i int, lf *leaf) {
+	ds := resp.status(i)
+	ds.Code = code(lf.shadow)
+	resp.setLimit(i, lf)
+	resp.setReset(i, s.alignedReset(lf))
+}
+
+// alignedReset is the time until lf's epoch-aligned window ends, or 0 when
+// lf has no window.
+func (s *Service) alignedReset(lf *leaf) time.Duration {
 	w := int64(lf.window)
 	if w <= 0 {
-		return nil
+		return 0
 	}
 	now := s.clock.Now().UnixNano()
-	return durationpb.New(time.Duration(w - (now%w+w)%w))
-}
-
-// current is the leaf's limit as Envoy's API spells it.
-func (l *leaf) current() *rlsv3.RateLimitResponse_RateLimit {
-	rl := &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: l.rpu, Unit: l.unit, Name: l.name}
-	if l.multiplier != 0 {
-		rl.UnitMultiplier = wrapperspb.UInt32(l.multiplier)
-	}
-	return rl
+	return time.Duration(w - (now%w+w)%w)
 }
 
 // decideLimiter decides a request to one of floodgate's own limiters: each
 // descriptor's entries are the attributes of one decision.
-func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) {
+func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *rlsv3.RateLimitRequest, resp response) {
 	groups := make([]*group, len(req.Descriptors))
 	for i, desc := range req.Descriptors {
 		attrs := make(floodgate.Attributes, len(desc.GetEntries()))
@@ -195,15 +251,15 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 				break
 			}
 		}
-		rl := &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: uint32(clamp32(d.Limit)), Name: d.Rule}
-		var mult int64
-		rl.Unit, mult = unitOf(r)
+		unit, mult := unitOf(r)
+		var m uint32
 		if mult > 1 {
-			rl.UnitMultiplier = wrapperspb.UInt32(uint32(clamp32(mult)))
+			m = clamp32(mult)
 		}
-		ds := &rlsv3.RateLimitResponse_DescriptorStatus{
-			Code: code(d.Allowed), CurrentLimit: rl, DurationUntilReset: duration(d.ResetAfter),
-		}
+		ds := resp.status(i)
+		ds.Code = code(d.Allowed)
+		resp.setCurrent(i, clamp32(d.Limit), unit, m, d.Rule)
+		resp.setReset(i, d.ResetAfter)
 		if d.Allowed && d.Reason != floodgate.ReasonStore {
 			rem := d.Remaining
 			if g.refunded {
@@ -211,7 +267,6 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 			}
 			ds.LimitRemaining = clamp32(rem)
 		}
-		resp.Statuses[i] = ds
 	}
 }
 
@@ -252,11 +307,4 @@ func code(ok bool) rlsv3.RateLimitResponse_Code {
 
 func clamp32(v int64) uint32 {
 	return uint32(min(max(v, 0), math.MaxUint32))
-}
-
-func duration(d time.Duration) *durationpb.Duration {
-	if d <= 0 {
-		return nil
-	}
-	return durationpb.New(d)
 }

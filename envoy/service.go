@@ -138,10 +138,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
 	st := s.cur.Load()
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(req.Descriptors)),
-	}
+	resp := newResponse(len(req.Descriptors))
 	d := st.cfg.domains[req.Domain]
 	switch {
 	case d != nil:
@@ -153,17 +150,18 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			s.decideLimiter(ctx, l, req, resp)
 		}
 	}
-	for i, ds := range resp.Statuses {
+	msg := resp.msg
+	for i, ds := range msg.Statuses {
 		if ds == nil {
-			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+			resp.status(i).Code = rlsv3.RateLimitResponse_OK
 		} else if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
 	if d != nil && s.opts.Limiter.Shadow {
-		resp.OverallCode = rlsv3.RateLimitResponse_OK // global shadow mode
+		msg.OverallCode = rlsv3.RateLimitResponse_OK // global shadow mode
 	}
-	return resp, nil
+	return msg, nil
 }
 
 // cost returns descriptor i's units: its own hits_addend when set (0 checks
@@ -202,8 +200,7 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 			denied = denied || !g.dec.Allowed
 		}
 	}
-	var taken []*group
-	for _, g := range groups {
+	for k, g := range groups {
 		if g.cost == 0 {
 			continue
 		}
@@ -213,16 +210,19 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 		}
 		g.dec, _ = g.l.AllowN(ctx, g.attrs, g.cost)
 		if g.dec.Allowed {
-			taken = append(taken, g)
 			continue
 		}
+		// Every charging group before this one was admitted: give
+		// back what they took.
 		denied = true
-		for _, t := range taken {
+		for _, t := range groups[:k] {
+			if t.cost == 0 {
+				continue
+			}
 			// A refund that fails leaves the limit stricter, and is
 			// logged by the limiter.
 			_ = t.l.Refund(ctx, t.dec.Ticket())
 			t.refunded = true
 		}
-		taken = nil
 	}
 }
