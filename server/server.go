@@ -40,6 +40,9 @@ const (
 	DefaultGRPCAddr        = ":8081"
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultGRPCStreamWorkers is how many goroutines serve gRPC calls by
+	// default; see Server.GRPCStreamWorkers.
+	DefaultGRPCStreamWorkers = 128
 )
 
 // Server is the decision service. Set its fields, then call Open; fields
@@ -98,6 +101,14 @@ type Server struct {
 	// GRPCServices register further services on the gRPC server before it
 	// starts.
 	GRPCServices []func(grpc.ServiceRegistrar)
+	// GRPCStreamWorkers is how many long-lived goroutines serve gRPC calls;
+	// a call that arrives while all of them are busy gets a goroutine of
+	// its own. 0 means DefaultGRPCStreamWorkers; a negative value gives
+	// every call its own goroutine (gRPC's default). A worker's stack has
+	// already grown to what a decision needs, so a call served by one
+	// skips the stack growth (runtime.morestack) that costs a fresh
+	// goroutine about a tenth of the call's CPU time.
+	GRPCStreamWorkers int
 
 	limiters atomic.Pointer[limiterSet]
 	state    atomic.Pointer[reloadState]
@@ -219,6 +230,12 @@ func (s *Server) Open() error {
 		var opts []grpc.ServerOption
 		if tlsConfig != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		}
+		if w := s.GRPCStreamWorkers; w >= 0 {
+			if w == 0 {
+				w = DefaultGRPCStreamWorkers
+			}
+			opts = append(opts, grpc.NumStreamWorkers(uint32(w)))
 		}
 		s.grpcSrv = grpc.NewServer(opts...)
 		s.health = health.NewServer()

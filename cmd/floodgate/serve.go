@@ -52,6 +52,7 @@ type serveFlags struct {
 	tlsCert         string
 	tlsKey          string
 	shutdownTimeout time.Duration
+	grpcWorkers     int
 	watch           bool
 }
 
@@ -68,6 +69,7 @@ func (m *Main) serve(ctx context.Context, args []string) int {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate `file` for both listeners (with --tls-key)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `file` for both listeners (with --tls-cert)")
+	fs.IntVar(&f.grpcWorkers, "grpc-workers", server.DefaultGRPCStreamWorkers, "goroutines kept to serve gRPC calls (0: a new goroutine per call)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let requests in flight finish on shutdown")
 	fs.BoolVar(&f.watch, "watch", true, "reload the configuration file when it changes")
 	if code, ok := m.parseArgs(fs, args); !ok {
@@ -144,20 +146,21 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 	adminToken := firstNonEmpty(f.adminToken, m.Getenv("FLOODGATE_ADMIN_TOKEN"))
 	secret := firstNonEmpty(f.ticketSecret, m.Getenv("FLOODGATE_TICKET_SECRET"))
 	srv := &server.Server{
-		Config:          c,
-		ConfigPath:      path,
-		WatchConfig:     f.watch,
-		Store:           store,
-		HTTPAddr:        f.httpAddr,
-		GRPCAddr:        f.grpcAddr,
-		TLSCertFile:     f.tlsCert,
-		TLSKeyFile:      f.tlsKey,
-		AdminToken:      adminToken,
-		TicketSecret:    []byte(secret),
-		ShutdownTimeout: f.shutdownTimeout,
-		Registerer:      reg,
-		Gatherer:        reg,
-		Logger:          logger,
+		Config:            c,
+		ConfigPath:        path,
+		WatchConfig:       f.watch,
+		Store:             store,
+		HTTPAddr:          f.httpAddr,
+		GRPCAddr:          f.grpcAddr,
+		TLSCertFile:       f.tlsCert,
+		TLSKeyFile:        f.tlsKey,
+		AdminToken:        adminToken,
+		TicketSecret:      []byte(secret),
+		ShutdownTimeout:   f.shutdownTimeout,
+		GRPCStreamWorkers: grpcWorkers(f.grpcWorkers),
+		Registerer:        reg,
+		Gatherer:          reg,
+		Logger:            logger,
 	}
 	srv.EnvoyConfigDir = f.envoyDir
 	if secret == "" {
@@ -205,6 +208,15 @@ func shutdown(srv *server.Server, logger *slog.Logger, why string) error {
 	err := srv.Close()
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
 	return err
+}
+
+// grpcWorkers maps --grpc-workers onto Server.GRPCStreamWorkers, where 0
+// means the default and a negative value none.
+func grpcWorkers(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func firstNonEmpty(s ...string) string {
