@@ -63,6 +63,35 @@ func (d *Distribution) Set(s string) error {
 	return fmt.Errorf("unknown key distribution %q (want uniform or zipf)", s)
 }
 
+// GRPCClient names the client a GRPC run sends its calls with.
+type GRPCClient string
+
+// The gRPC clients.
+const (
+	// WireClient speaks gRPC's HTTP/2 protocol itself, for the one call a
+	// run makes, at a fraction of grpc-go's CPU cost per call: on a
+	// machine the load generator shares with the service, what it spends
+	// is taken from the service. It sends what grpc-go sends, but only
+	// over plain-text HTTP/2 (h2c).
+	WireClient GRPCClient = "wire"
+	// GoClient is grpc-go's client (google.golang.org/grpc).
+	GoClient GRPCClient = "grpc-go"
+)
+
+// String returns the client's name; it makes *GRPCClient a flag.Value.
+func (g *GRPCClient) String() string { return string(*g) }
+
+// Set parses a client name ("wire" or "grpc-go"); it makes *GRPCClient a
+// flag.Value.
+func (g *GRPCClient) Set(s string) error {
+	switch v := GRPCClient(strings.ToLower(s)); v {
+	case WireClient, GoClient:
+		*g = v
+		return nil
+	}
+	return fmt.Errorf("unknown gRPC client %q (want wire or grpc-go)", s)
+}
+
 // Defaults applied by Run to the zero fields of a Config.
 const (
 	DefaultLimiter          = "api"
@@ -135,6 +164,8 @@ type Config struct {
 	// Conns is the number of gRPC connections the workers share (default 2).
 	// HTTP keeps one connection per busy worker.
 	Conns int
+	// GRPCClient is the client GRPC runs call with (default WireClient).
+	GRPCClient GRPCClient
 	// Seed seeds the key draws, so runs can be repeated (0 is a valid seed).
 	Seed uint64
 
@@ -169,6 +200,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Requests, "requests", c.Requests, "stop after `n` requests (0: no limit)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "per-request `timeout`")
 	fs.IntVar(&c.Conns, "conns", c.Conns, "`n` gRPC connections shared by the workers")
+	fs.Var(&c.GRPCClient, "grpc-client", "gRPC `client`: wire (h2c, cheap per call) or grpc-go")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "`seed` for key draws")
 	fs.DurationVar(&c.ProgressInterval, "progress-interval", c.ProgressInterval, "`time` between progress lines")
 }
@@ -214,6 +246,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Conns == 0 {
 		c.Conns = DefaultConns
+	}
+	if c.GRPCClient == "" {
+		c.GRPCClient = WireClient
 	}
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = DefaultProgressInterval
@@ -270,6 +305,9 @@ func (c Config) Validate() error {
 	}
 	if c.Conns < 0 {
 		bad("conns must be > 0, got %d", c.Conns)
+	}
+	if c.GRPCClient != WireClient && c.GRPCClient != GoClient {
+		bad("unknown gRPC client %q (want wire or grpc-go)", c.GRPCClient)
 	}
 	if c.ProgressInterval < 0 {
 		bad("progress interval must be > 0, got %v", c.ProgressInterval)

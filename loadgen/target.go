@@ -30,7 +30,8 @@ type client interface {
 // A session sends one request at a time for one worker.
 type session interface {
 	// call sends one request for the next key and reports whether the
-	// service allowed it. A denial is a result, not an error.
+	// service allowed it, giving up after the Config's Timeout or when
+	// ctx ends. A denial is a result, not an error.
 	call(ctx context.Context) (allowed bool, err error)
 }
 
@@ -40,7 +41,10 @@ func newClient(cfg *Config) (client, error) {
 	case HTTP:
 		return newHTTPClient(cfg)
 	case GRPC:
-		return newGRPCClient(cfg)
+		if cfg.GRPCClient == GoClient {
+			return newGRPCClient(cfg)
+		}
+		return newWireClient(cfg), nil
 	}
 	return nil, fmt.Errorf("loadgen: unknown target %q", cfg.Target)
 }
@@ -54,6 +58,7 @@ type httpClient struct {
 	prefix, suffix []byte // the request body around the key value
 	hc             *http.Client
 	tr             *http.Transport
+	timeout        time.Duration
 }
 
 func newHTTPClient(cfg *Config) (*httpClient, error) {
@@ -86,11 +91,12 @@ func newHTTPClient(cfg *Config) (*httpClient, error) {
 		DisableCompression:  true,
 	}
 	return &httpClient{
-		url:    strings.TrimRight(base, "/") + "/v1/check",
-		prefix: []byte(head),
-		suffix: []byte(tail),
-		hc:     &http.Client{Transport: tr},
-		tr:     tr,
+		url:     strings.TrimRight(base, "/") + "/v1/check",
+		prefix:  []byte(head),
+		suffix:  []byte(tail),
+		hc:      &http.Client{Transport: tr},
+		tr:      tr,
+		timeout: cfg.Timeout,
 	}, nil
 }
 
@@ -116,6 +122,8 @@ type checkResponse struct {
 }
 
 func (s *httpSession) call(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.c.timeout)
+	defer cancel()
 	b := append(s.body[:0], s.c.prefix...)
 	b = s.keys.appendNext(b)
 	b = append(b, s.c.suffix...)
@@ -170,7 +178,8 @@ func firstLine(b []byte, n int) string {
 	return string(b)
 }
 
-// grpcClient calls Envoy's RateLimitService over a few shared connections.
+// grpcClient calls Envoy's RateLimitService over a few shared connections
+// with grpc-go's client (Config.GRPCClient GoClient).
 type grpcClient struct {
 	cfg   *Config
 	conns []*grpc.ClientConn
@@ -195,9 +204,10 @@ func (c *grpcClient) session(keys *keyPicker) session {
 	c.next++
 	entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: c.cfg.Attribute}
 	return &grpcSession{
-		rls:   rlsv3.NewRateLimitServiceClient(cc),
-		keys:  keys,
-		entry: entry,
+		rls:     rlsv3.NewRateLimitServiceClient(cc),
+		keys:    keys,
+		entry:   entry,
+		timeout: c.cfg.Timeout,
 		req: &rlsv3.RateLimitRequest{
 			Domain:      c.cfg.Domain,
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}}},
@@ -221,9 +231,13 @@ type grpcSession struct {
 	keys  *keyPicker
 	entry *ratelimitv3.RateLimitDescriptor_Entry
 	req   *rlsv3.RateLimitRequest // reused: a call finishes with it before returning
+
+	timeout time.Duration
 }
 
 func (s *grpcSession) call(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	s.entry.Value = s.keys.nextString()
 	res, err := s.rls.ShouldRateLimit(ctx, s.req)
 	if err != nil {
