@@ -21,7 +21,15 @@
 #   RATE [0]                     requests/s for the open model; 0 = closed model
 #   KEYS [1000] DIST [uniform]   key cardinality and distribution
 #   CONNS [2]                    gRPC connections from the load generator
-#   ROUNDS [1]                   how many times to drive each service, alternating
+#   GRPC_CLIENT [wire]           the load generator's gRPC client: wire (its own
+#                                h2c client, cheap per call) or grpc-go
+#   LOAD_PROCS                   GOMAXPROCS of the load generator (unset: all CPUs)
+#   ROUNDS [1]                   how many times to drive each service; the order
+#                                alternates (odd rounds reference first, even
+#                                rounds floodgate first)
+#   REF_ENV                      extra environment for the reference service,
+#                                e.g. "REDIS_PIPELINE_WINDOW=150us REDIS_PIPELINE_LIMIT=8"
+#                                (unset: its defaults)
 #   RATELIMIT_VERSION            the reference service's module version
 #   CACHE_DIR [~/.cache/floodgate-bench]   where its binary is kept
 #   FG_STORE [redis]             floodgate's store: redis, falling back to
@@ -36,6 +44,9 @@ RATE=${RATE:-0}
 KEYS=${KEYS:-1000}
 DIST=${DIST:-uniform}
 CONNS=${CONNS:-2}
+GRPC_CLIENT=${GRPC_CLIENT:-wire}
+LOAD_PROCS=${LOAD_PROCS:-}
+REF_ENV=${REF_ENV:-}
 RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 RATELIMIT_PKG=github.com/envoyproxy/ratelimit/src/service_cmd
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate-bench}
@@ -103,6 +114,15 @@ if ! go build -o "$work/floodgate" ./cmd/floodgate >"$work/fg-build.log" 2>&1; t
 	log "floodgate could not be built"; exit 1
 fi
 load=("$work/floodgate" load)
+if [[ -n $LOAD_PROCS ]]; then
+	load=(env GOMAXPROCS="$LOAD_PROCS" "${load[@]}")
+fi
+# The load generator's own CPU time is measured with /usr/bin/time when
+# there is one.
+timed=()
+if [[ -x /usr/bin/time ]]; then
+	timed=(/usr/bin/time -f "%U %S")
+fi
 
 # --- Redis ----------------------------------------------------------------
 redis_port=$(free_port)
@@ -144,6 +164,7 @@ if [[ -x $ref_bin ]]; then
 		REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$redis_port" \
 		RUNTIME_ROOT="$work/runtime" RUNTIME_SUBDIRECTORY=ratelimit \
 		RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true \
+		$REF_ENV \
 		timeout "$MAX_LIFE" "$ref_bin" >"$work/ref.log" 2>&1 &
 	ref_pid=$!
 	pids+=($!)
@@ -160,7 +181,12 @@ fi
 start_floodgate() {
 	local store_yaml
 	if [[ $1 == redis ]]; then
-		store_yaml="  redis: {url: \"redis://127.0.0.1:$redis_port/0\", key_prefix: \"fg:\"}"
+		# The store deadline is the load generator's request timeout
+		# (1s), not floodgate's default 50ms: on a loaded machine a
+		# 50ms stall would let floodgate answer by its failure policy,
+		# without Redis, and open its breaker, which is less work than
+		# the reference does (it waits for Redis however long it takes).
+		store_yaml="  redis: {url: \"redis://127.0.0.1:$redis_port/0\", key_prefix: \"fg:\", deadline: 1s}"
 	else
 		store_yaml="  memory: {max_keys: 1000000}"
 	fi
@@ -231,7 +257,8 @@ fallbacks() {
 # service and Redis spent during the measured part to $work/NAME-ROUND.cpu.
 drive() {
 	local common=(-target grpc -addr "127.0.0.1:$2" -domain bench -attribute user
-		-keys "$KEYS" -dist "$DIST" -rate "$RATE" -concurrency "$CONCURRENCY" -conns "$CONNS")
+		-keys "$KEYS" -dist "$DIST" -rate "$RATE" -concurrency "$CONCURRENCY" -conns "$CONNS"
+		-grpc-client "$GRPC_CLIENT")
 	redis-cli -p "$redis_port" flushall >/dev/null
 	log "load: $1 on 127.0.0.1:$2, round $4: $WARMUP warm-up + $DURATION"
 	if [[ $WARMUP != 0 && $WARMUP != 0s ]]; then
@@ -241,8 +268,14 @@ drive() {
 	s0=$(cpu_ticks "$3")
 	r0=$(cpu_ticks "$redis_pid")
 	f0=$(fallbacks "$1")
-	"${load[@]}" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json" || true
-	echo "$(($(cpu_ticks "$3") - s0)) $(($(cpu_ticks "$redis_pid") - r0))" >"$work/$1-$4.cpu"
+	local lt="? ?"
+	if ((${#timed[@]} > 0)); then
+		"${timed[@]}" -o "$work/$1-$4.time" "${load[@]}" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json" || true
+		lt=$(tail -1 "$work/$1-$4.time")
+	else
+		"${load[@]}" "${common[@]}" -duration "$DURATION" -json >"$work/$1-$4.json" || true
+	fi
+	echo "$(($(cpu_ticks "$3") - s0)) $(($(cpu_ticks "$redis_pid") - r0)) $lt" >"$work/$1-$4.cpu"
 	f1=$(fallbacks "$1")
 	if [[ $f0 =~ ^[0-9]+$ && $f1 =~ ^[0-9]+$ ]]; then
 		echo $((f1 - f0)) >"$work/$1-$4.fail"
@@ -252,8 +285,13 @@ drive() {
 }
 ROUNDS=${ROUNDS:-1}
 for ((round = 1; round <= ROUNDS; round++)); do
-	[[ -n $ref_port ]] && drive reference "$ref_port" "$ref_pid" "$round"
-	[[ -n $fg_port ]] && drive floodgate "$fg_port" "$fg_pid" "$round"
+	if ((round % 2 == 1)); then
+		[[ -n $ref_port ]] && drive reference "$ref_port" "$ref_pid" "$round"
+		[[ -n $fg_port ]] && drive floodgate "$fg_port" "$fg_pid" "$round"
+	else
+		[[ -n $fg_port ]] && drive floodgate "$fg_port" "$fg_pid" "$round"
+		[[ -n $ref_port ]] && drive reference "$ref_port" "$ref_pid" "$round"
+	fi
 done
 
 # --- the table ----------------------------------------------------------------
@@ -262,33 +300,55 @@ echo "# Service comparison over gRPC ShouldRateLimit, $(date -u +%Y-%m-%dT%H:%MZ
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //'),"\
 	"$(go env GOVERSION), redis $(redis-server --version | awk '{print $3}' | cut -d= -f2), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 if ((RATE > 0)); then model="open model, $RATE req/s offered, ≤$CONCURRENCY in flight"; else model="closed model, $CONCURRENCY workers"; fi
-echo "load: $model, $CONNS gRPC conns, $KEYS $DIST keys, $WARMUP warm-up + $DURATION per service and round;"
-echo "      one Redis (flushed before each run), services driven one after the other, load generator on the same machine"
-echo "command: ${load[*]##*/} -target grpc -addr ADDR -domain bench -attribute user -keys $KEYS -dist $DIST \\"
-echo "         -rate $RATE -concurrency $CONCURRENCY -conns $CONNS -duration $DURATION -json  (after a $WARMUP run)"
+echo "load: $model, $CONNS gRPC conns ($GRPC_CLIENT client${LOAD_PROCS:+, GOMAXPROCS=$LOAD_PROCS}), $KEYS $DIST keys, $WARMUP warm-up + $DURATION per service and round;"
+echo "      one Redis (flushed before each run), services driven one after the other (order alternating by round), load generator on the same machine"
+[[ -n $REF_ENV ]] && echo "reference service environment: $REF_ENV"
+echo "command: floodgate load -target grpc -addr ADDR -domain bench -attribute user -keys $KEYS -dist $DIST \\"
+echo "         -rate $RATE -concurrency $CONCURRENCY -conns $CONNS -grpc-client $GRPC_CLIENT -duration $DURATION -json  (after a $WARMUP run)"
 echo
-printf '| %-30s | %10s | %9s | %9s | %9s | %13s | %13s | %8s | %7s | %9s |\n' \
-	service "req/s" "p50 µs" "p99 µs" "max µs" "svc µs/req" "redis µs/req" denied errors "no store"
-echo "|--------------------------------|-----------:|---------:|---------:|---------:|-------------:|-------------:|---------:|--------:|----------:|"
+printf '| %-32s | %10s | %9s | %9s | %9s | %13s | %13s | %13s | %8s | %7s | %9s |\n' \
+	service "req/s" "p50 µs" "p99 µs" "max µs" "svc µs/req" "redis µs/req" "load µs/req" denied errors "no store"
+echo "|----------------------------------|-----------:|---------:|---------:|---------:|-------------:|-------------:|-------------:|---------:|--------:|----------:|"
 row() {
 	local j c
 	j=$(cat "$work/$2.json")
 	read -r -a c <"$work/$2.cpu"
 	awk -v name="$1" -v t="$(field "$j" throughput)" -v p50="$(field "$j" p50)" -v p99="$(field "$j" p99)" \
 		-v mx="$(field "$j" max)" -v n="$(field "$j" requests)" -v d="$(field "$j" denied)" \
-		-v e="$(field "$j" errors)" -v sc="${c[0]}" -v rc="${c[1]}" -v hz="$hz" \
-		-v f="$(cat "$work/$2.fail")" 'BEGIN {
+		-v e="$(field "$j" errors)" -v sc="${c[0]}" -v rc="${c[1]}" -v lu="${c[2]:-?}" -v ls="${c[3]:-?}" \
+		-v hz="$hz" -v f="$(cat "$work/$2.fail")" 'BEGIN {
 		n = (n > 0 ? n : 1)
-		printf "| %-30s | %10.0f | %8.0f | %8.0f | %8.0f | %12.1f | %12.1f | %8d | %7d | %9s |\n",
-			name, t, p50, p99, mx, sc / hz * 1e6 / n, rc / hz * 1e6 / n, d, e, f
+		lc = (lu == "?" ? "?" : sprintf("%.1f", (lu + ls) * 1e6 / n))
+		printf "| %-32s | %10.0f | %8.0f | %8.0f | %8.0f | %12.1f | %12.1f | %12s | %8d | %7d | %9s |\n",
+			name, t, p50, p99, mx, sc / hz * 1e6 / n, rc / hz * 1e6 / n, lc, d, e, f
 	}'
 }
 for ((round = 1; round <= ROUNDS; round++)); do
-	[[ -n $ref_port ]] && row "envoyproxy/ratelimit (redis)" "reference-$round"
-	[[ -n $fg_port ]] && row "floodgate ($fg_store store)" "floodgate-$round"
+	if ((round % 2 == 1)); then
+		[[ -n $ref_port ]] && row "envoyproxy/ratelimit (redis), $round" "reference-$round"
+		[[ -n $fg_port ]] && row "floodgate ($fg_store store), $round" "floodgate-$round"
+	else
+		[[ -n $fg_port ]] && row "floodgate ($fg_store store), $round" "floodgate-$round"
+		[[ -n $ref_port ]] && row "envoyproxy/ratelimit (redis), $round" "reference-$round"
+	fi
 done
 echo
+# median reads numbers, one a line, and prints their median.
+median() {
+	sort -g | awk '{ a[NR] = $1 } END {
+		if (NR == 0) { print "?"; exit }
+		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2
+	}'
+}
+# stat NAME FIELD prints FIELD of every round's summary of NAME, one a line.
+stat() {
+	local round
+	for ((round = 1; round <= ROUNDS; round++)); do
+		field "$(cat "$work/$1-$round.json")" "$2"
+	done
+}
 if [[ -n $ref_port && -n $fg_port ]]; then
+	ratios=()
 	for ((round = 1; round <= ROUNDS; round++)); do
 		rj=$(cat "$work/reference-$round.json")
 		fj=$(cat "$work/floodgate-$round.json")
@@ -298,9 +358,23 @@ if [[ -n $ref_port && -n $fg_port ]]; then
 			if (st != "redis") printf "  (floodgate on its %s store: not like for like)", st
 			printf "\n"
 		}'
+		ratios+=("$(awk -v ft="$(field "$fj" throughput)" -v rt="$(field "$rj" throughput)" \
+			-v fp="$(field "$fj" p99)" -v rp="$(field "$rj" p99)" 'BEGIN { printf "%.4f %.4f", ft / rt, fp / rp }')")
 	done
+	if ((ROUNDS > 1)); then
+		rt=$(stat reference throughput | median)
+		ft=$(stat floodgate throughput | median)
+		rp=$(stat reference p99 | median)
+		fp=$(stat floodgate p99 | median)
+		tr=$(printf '%s\n' "${ratios[@]}" | cut -d' ' -f1 | median)
+		pr=$(printf '%s\n' "${ratios[@]}" | cut -d' ' -f2 | median)
+		awk -v n="$ROUNDS" -v rt="$rt" -v ft="$ft" -v rp="$rp" -v fp="$fp" -v tr="$tr" -v pr="$pr" 'BEGIN {
+			printf "medians of %d rounds: reference %.0f req/s, p99 %.0f µs; floodgate %.0f req/s, p99 %.0f µs\n", n, rt, rp, ft, fp
+			printf "median of the per-round ratios, floodgate / reference: throughput %.2fx, p99 %.2fx\n", tr, pr
+		}'
+	fi
 fi
-echo "svc/redis µs/req: CPU time the service / Redis used per measured request."
+echo "svc/redis/load µs/req: CPU time the service / Redis / load generator used per measured request."
 echo "no store: decisions floodgate made by its failure policy because the store failed or timed out"
 echo "          (not comparable work: such runs measure the fallback, not Redis)."
 [[ -n $ref_note ]] && echo "note: $ref_note"
