@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,7 +103,7 @@ func BenchmarkRedisCompare(b *testing.B) {
 		for _, c := range redisContenders {
 			b.Run(fmt.Sprintf("callers=%d/%s", callers, c.name), func(b *testing.B) {
 				allow := c.open(b, srv.Addr)
-				runRedisCallers(b, callers, allow)
+				runRedisCallers(b, srv, callers, allow)
 			})
 		}
 	}
@@ -110,8 +111,12 @@ func BenchmarkRedisCompare(b *testing.B) {
 }
 
 // runRedisCallers runs b.N decisions from the given number of goroutines
-// and reports decisions/s; every decision must be an admission.
-func runRedisCallers(b *testing.B, callers int, allow func(context.Context, uint64) bool) {
+// and reports decisions/s; every decision must be an admission. It also
+// reports the CPU time each decision cost this process (the limiter and
+// its Redis client) and the redis-server process. CPU times, unlike rates,
+// hold still when other work shares the machine, and their sum bounds the
+// rate: client and server share its cores.
+func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow func(context.Context, uint64) bool) {
 	ctx := context.Background()
 	for i := range uint64(numKeys) { // every key touched once, connections warm
 		if !allow(ctx, i) {
@@ -121,6 +126,7 @@ func runRedisCallers(b *testing.B, callers int, allow func(context.Context, uint
 	var next, failed atomic.Uint64
 	n := uint64(b.N)
 	b.ResetTimer()
+	serverCPU, clientCPU := srv.CPU(), processCPU(b)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range callers {
@@ -138,11 +144,23 @@ func runRedisCallers(b *testing.B, callers int, allow func(context.Context, uint
 	}
 	wg.Wait()
 	el := time.Since(start)
+	clientCPU, serverCPU = processCPU(b)-clientCPU, srv.CPU()-serverCPU
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d of %d decisions not admitted", failed.Load(), n)
 	}
 	b.ReportMetric(float64(n)/el.Seconds(), "decisions/s")
+	b.ReportMetric(float64(clientCPU.Microseconds())/float64(n), "client-cpu-µs/decision")
+	b.ReportMetric(float64(serverCPU.Microseconds())/float64(n), "server-cpu-µs/decision")
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // evalshaCeiling reports redis-benchmark's rate for EVALSHA of "return 1":
@@ -152,6 +170,7 @@ func evalshaCeiling(b *testing.B, srv *redistest.Server) {
 	sum := sha1.Sum([]byte(script))
 	srv.MustDo("SCRIPT", "LOAD", script)
 	n := max(b.N, 200_000)
+	cpu := srv.CPU()
 	out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port),
 		"-n", strconv.Itoa(n), "-c", "128", "-P", "16", "-q", "EVALSHA", hex.EncodeToString(sum[:]), "0").CombinedOutput()
 	if err != nil {
@@ -163,4 +182,5 @@ func evalshaCeiling(b *testing.B, srv *redistest.Server) {
 	}
 	rps, _ := strconv.ParseFloat(string(m[1]), 64)
 	b.ReportMetric(rps, "decisions/s")
+	b.ReportMetric(float64((srv.CPU()-cpu).Microseconds())/float64(n), "server-cpu-µs/decision")
 }

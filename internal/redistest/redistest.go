@@ -210,6 +210,26 @@ func (s *Server) MustDo(args ...string) string {
 	return r
 }
 
+// CPU returns the CPU time the server process has used so far, user and
+// system, all threads (INFO cpu). Benchmarks take the difference across a
+// run: unlike INFO commandstats, which times commands by the clock, it
+// does not count the time the server waited for a core on a busy machine.
+func (s *Server) CPU() time.Duration {
+	s.t.Helper()
+	var sum float64
+	for _, line := range strings.Split(s.MustDo("INFO", "cpu"), "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_user" || name == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				s.t.Fatalf("redistest: INFO cpu: %q: %v", line, err)
+			}
+			sum += f
+		}
+	}
+	return time.Duration(sum * float64(time.Second))
+}
+
 // CommandCalls returns the calls counted by INFO commandstats, by command
 // name ("evalsha", "eval", ...).
 func (s *Server) CommandCalls() map[string]int64 {
