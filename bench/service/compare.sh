@@ -28,7 +28,7 @@
 #                                alternates (odd rounds reference first, even
 #                                rounds floodgate first)
 #   REF_ENV                      extra environment for the reference service,
-#                                e.g. "REDIS_PIPELINE_WINDOW=150us REDIS_PIPELINE_LIMIT=8"
+#                                e.g. "REDIS_PIPELINE_WINDOW=150us" (its recommended write batching)
 #                                (unset: its defaults)
 #   RATELIMIT_VERSION            the reference service's module version
 #   CACHE_DIR [~/.cache/floodgate-bench]   where its binary is kept
