@@ -27,6 +27,7 @@
 #   ROUNDS [1]                   how many times to drive each service; the order
 #                                alternates (odd rounds reference first, even
 #                                rounds floodgate first)
+#   SERVICE_GOGC                 GOGC of both services (unset: Go's default, 100)
 #   REF_ENV                      extra environment for the reference service,
 #                                e.g. "REDIS_PIPELINE_WINDOW=150us" (its recommended write batching)
 #                                (unset: its defaults)
@@ -47,6 +48,12 @@ CONNS=${CONNS:-2}
 GRPC_CLIENT=${GRPC_CLIENT:-wire}
 LOAD_PROCS=${LOAD_PROCS:-}
 REF_ENV=${REF_ENV:-}
+SERVICE_GOGC=${SERVICE_GOGC:-}
+# svc_env is the environment both services start with.
+svc_env=()
+if [[ -n $SERVICE_GOGC ]]; then
+	svc_env=(GOGC="$SERVICE_GOGC")
+fi
 RATELIMIT_VERSION=${RATELIMIT_VERSION:-v1.4.1-0.20260122083618-3fb702589d36}
 RATELIMIT_PKG=github.com/envoyproxy/ratelimit/src/service_cmd
 CACHE_DIR=${CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/floodgate-bench}
@@ -157,7 +164,7 @@ ref_port=""
 if [[ -x $ref_bin ]]; then
 	ref_port=$(free_port)
 	log "starting the reference service on 127.0.0.1:$ref_port (gRPC)"
-	env USE_STATSD=false LOG_LEVEL=error \
+	env "${svc_env[@]}" USE_STATSD=false LOG_LEVEL=error \
 		HOST=127.0.0.1 PORT="$(free_port)" \
 		GRPC_HOST=127.0.0.1 GRPC_PORT="$ref_port" \
 		DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)" \
@@ -202,7 +209,7 @@ EOF
 	fg_port=$(free_port)
 	fg_http_port=$(free_port)
 	log "starting floodgate serve on 127.0.0.1:$fg_port (gRPC), $1 store"
-	timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
+	env "${svc_env[@]}" timeout "$MAX_LIFE" "$work/floodgate" serve --config "$work/floodgate.yaml" \
 		--http "127.0.0.1:$fg_http_port" --grpc "127.0.0.1:$fg_port" \
 		--envoy-config-dir "$work/envoy" --log-level warn >"$work/fg.log" 2>&1 &
 	fg_pid=$!
@@ -303,6 +310,7 @@ if ((RATE > 0)); then model="open model, $RATE req/s offered, ≤$CONCURRENCY in
 echo "load: $model, $CONNS gRPC conns ($GRPC_CLIENT client${LOAD_PROCS:+, GOMAXPROCS=$LOAD_PROCS}), $KEYS $DIST keys, $WARMUP warm-up + $DURATION per service and round;"
 echo "      one Redis (flushed before each run), services driven one after the other (order alternating by round), load generator on the same machine"
 [[ -n $REF_ENV ]] && echo "reference service environment: $REF_ENV"
+[[ -n $SERVICE_GOGC ]] && echo "both services run with GOGC=$SERVICE_GOGC"
 echo "command: floodgate load -target grpc -addr ADDR -domain bench -attribute user -keys $KEYS -dist $DIST \\"
 echo "         -rate $RATE -concurrency $CONCURRENCY -conns $CONNS -grpc-client $GRPC_CLIENT -duration $DURATION -json  (after a $WARMUP run)"
 echo
