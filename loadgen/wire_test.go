@@ -84,13 +84,13 @@ func TestWireTimeout(t *testing.T) {
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	addr := lis.Addr().String()
-	cfg := Config{Target: GRPC, Addr: addr, Domain: "edge", Timeout: 50 * time.Millisecond, Concurrency: 1}.withDefaults()
+	cfg := Config{Target: GRPC, Addr: addr, Domain: "edge", Timeout: 300 * time.Millisecond, Concurrency: 1}.withDefaults()
 	cl := newWireClient(&cfg)
 	defer cl.close()
 	s := cl.session(newKeyPicker(&cfg, 0))
 	ctx := context.Background()
 	for i := range 6 {
-		f.delay.Store(int64(i%2) * int64(200*time.Millisecond))
+		f.delay.Store(int64(i%2) * int64(time.Second))
 		_, err := s.call(ctx)
 		switch {
 		case i%2 == 0 && err != nil:
