@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -680,7 +681,7 @@ func overallCode(b []byte) (uint64, error) {
 
 // decodeGRPCMessage undoes the percent-encoding of a grpc-message header.
 func decodeGRPCMessage(s string) string {
-	if !bytes.ContainsRune([]byte(s), '%') {
+	if !strings.Contains(s, "%") {
 		return s
 	}
 	var b []byte
