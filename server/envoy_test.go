@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -83,6 +84,28 @@ func TestEnvoyService(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(ts.metrics.decisions.WithLabelValues("leases", "per-user", resultDenied)); got != 1 {
 		t.Errorf("envoy decisions are not counted: %v", got)
+	}
+	// Every gRPC call is counted by method and code, and timed.
+	const rls = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+	if _, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{}); err == nil {
+		t.Error("a request without a domain was answered")
+	}
+	for _, tt := range []struct {
+		method, code string
+		want         float64
+	}{
+		{rls, "OK", 5},
+		{rls, "InvalidArgument", 1},
+		{rls, "Unavailable", 0},
+		{"/grpc.health.v1.Health/Check", "OK", 1},
+	} {
+		if got := testutil.ToFloat64(ts.metrics.grpcRequests.WithLabelValues(tt.method, tt.code)); got != tt.want {
+			t.Errorf("grpc_requests_total{%s,%s} = %v, want %v", tt.method, tt.code, got, tt.want)
+		}
+	}
+	_, _, body := ts.do("GET", "/metrics", "")
+	if want := `floodgate_grpc_request_duration_seconds_count{method="` + rls + `"} 6`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
 
 	// The watcher applies a change to the directory...

@@ -3,9 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -33,6 +37,9 @@ type metrics struct {
 	lastReloadOK  prometheus.Gauge
 	httpRequests  *prometheus.CounterVec
 	httpDuration  *prometheus.HistogramVec
+	grpcRequests  *prometheus.CounterVec
+	grpcDuration  *prometheus.HistogramVec
+	grpcMethods   sync.Map // full method name → *grpcMethodMetrics
 
 	storeOK [5]prometheus.Observer // by floodgate.Mode, error "none"
 }
@@ -81,10 +88,19 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Help:    "HTTP request latency by endpoint.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"handler"}),
+		grpcRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_grpc_requests_total",
+			Help: "gRPC calls by full method name and status code.",
+		}, []string{"method", "code"}),
+		grpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "floodgate_grpc_request_duration_seconds",
+			Help:    "gRPC call latency (unary: until the response is sent; streams: the stream's life) by full method name.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"method"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.records, m.refunds, m.selects, m.storeDuration, m.reloads, m.lastReload,
-		m.lastReloadOK, m.httpRequests, m.httpDuration, breakerCollector{s},
+		m.lastReloadOK, m.httpRequests, m.httpDuration, m.grpcRequests, m.grpcDuration, breakerCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -96,6 +112,57 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	return m, nil
+}
+
+// grpcMethodMetrics are one gRPC method's series, resolved once: a call then
+// costs a map load and two atomic updates instead of label look-ups.
+type grpcMethodMetrics struct {
+	duration prometheus.Observer
+	byCode   [codes.Unauthenticated + 1]prometheus.Counter
+}
+
+// grpcMethod returns the series of a full method name. gRPC invokes the
+// interceptors only for registered methods, so the label's values are a
+// fixed set. Every code's series is created with the method, at zero, so a
+// rate over a code that has not happened yet is 0 rather than absent.
+func (m *metrics) grpcMethod(method string) *grpcMethodMetrics {
+	if mm, ok := m.grpcMethods.Load(method); ok {
+		return mm.(*grpcMethodMetrics)
+	}
+	mm := &grpcMethodMetrics{duration: m.grpcDuration.WithLabelValues(method)}
+	for c := range mm.byCode {
+		mm.byCode[c] = m.grpcRequests.WithLabelValues(method, codes.Code(c).String())
+	}
+	actual, _ := m.grpcMethods.LoadOrStore(method, mm)
+	return actual.(*grpcMethodMetrics)
+}
+
+// done counts a finished call and its latency.
+func (mm *grpcMethodMetrics) done(start time.Time, err error) {
+	mm.duration.Observe(time.Since(start).Seconds())
+	c := status.Code(err)
+	if int(c) >= len(mm.byCode) {
+		c = codes.Unknown
+	}
+	mm.byCode[c].Inc()
+}
+
+// unaryInterceptor counts and times every unary gRPC call.
+func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	mm := m.grpcMethod(info.FullMethod)
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	mm.done(start, err)
+	return resp, err
+}
+
+// streamInterceptor counts and times every streaming gRPC call.
+func (m *metrics) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	mm := m.grpcMethod(info.FullMethod)
+	start := time.Now()
+	err := handler(srv, ss)
+	mm.done(start, err)
+	return err
 }
 
 // observe is every limiter's floodgate.Observer: one count per decision.

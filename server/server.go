@@ -227,7 +227,10 @@ func (s *Server) Open() error {
 			s.httpLn.Close()
 			return fmt.Errorf("server: grpc: %w", err)
 		}
-		var opts []grpc.ServerOption
+		opts := []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor),
+			grpc.ChainStreamInterceptor(s.metrics.streamInterceptor),
+		}
 		if tlsConfig != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 		}
