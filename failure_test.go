@@ -81,19 +81,29 @@ func TestFailurePolicy(t *testing.T) {
 		health  storeHealth
 		policy  floodgate.FailurePolicy
 		wantErr error
+		// callerDeadline, when set, is the caller's own deadline: one
+		// later than the limiter's timeout must not lift the timeout.
+		callerDeadline time.Duration
 	}{
-		{"failing store, open", failing, floodgate.FailOpen, errStoreDown},
-		{"failing store, closed", failing, floodgate.FailClosed, errStoreDown},
-		{"hanging store, open", hanging, floodgate.FailOpen, context.DeadlineExceeded},
-		{"hanging store, closed", hanging, floodgate.FailClosed, context.DeadlineExceeded},
+		{"failing store, open", failing, floodgate.FailOpen, errStoreDown, 0},
+		{"failing store, closed", failing, floodgate.FailClosed, errStoreDown, 0},
+		{"hanging store, open", hanging, floodgate.FailOpen, context.DeadlineExceeded, 0},
+		{"hanging store, closed", hanging, floodgate.FailClosed, context.DeadlineExceeded, 0},
+		{"hanging store, later caller deadline", hanging, floodgate.FailClosed, context.DeadlineExceeded, time.Minute},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			store := newFaultyStore(t, tt.health)
 			l, _ := remoteLimiter(t, store, floodgate.Options{
 				FailurePolicy: tt.policy, Timeout: timeout, Breaker: floodgate.BreakerOptions{Failures: -1},
 			})
+			ctx := context.Background()
+			if tt.callerDeadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.callerDeadline)
+				defer cancel()
+			}
 			start := time.Now()
-			d := l.Allow(context.Background(), user("alice"))
+			d := l.Allow(ctx, user("alice"))
 			elapsed := time.Since(start)
 			if elapsed > timeout+margin {
 				t.Errorf("decision took %v, want under the %v timeout plus %v", elapsed, timeout, margin)

@@ -366,9 +366,17 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 	if !l.breaker.allow(now) {
 		return ErrBreakerOpen
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.timeout)
-	err := l.store.Apply(cctx, b)
-	cancel()
+	// A caller whose own deadline comes first (a gRPC call from Envoy, an
+	// HTTP request with a timeout) already bounds the store call: deriving
+	// a context would cost a timer and allocations for the same deadline.
+	var err error
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
+		err = l.store.Apply(ctx, b)
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, l.timeout)
+		err = l.store.Apply(cctx, b)
+		cancel()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			l.breaker.abandon()
