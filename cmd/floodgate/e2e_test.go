@@ -235,13 +235,16 @@ limiters:
 
 // storeSection returns the store section for a backend: "" for the memory
 // store (the default), or a redis section pointing at a fresh redis-server.
+// The Redis deadline is 2s, not the 50ms default: these tests check what the
+// service answers, and under -race on a busy machine a store call can take
+// longer than 50ms, which would make the answer the failure policy's.
 func storeSection(t *testing.T, backend string) string {
 	t.Helper()
 	if backend == "memory" {
 		return ""
 	}
 	srv := redistest.Start(t)
-	return "store:\n  redis: {url: \"redis://" + srv.Addr + "/0\"}\n"
+	return "store:\n  redis: {url: \"redis://" + srv.Addr + "/0\", deadline: 2s}\n"
 }
 
 // forEachStore runs fn against the memory store and against a real Redis.
