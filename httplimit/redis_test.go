@@ -30,7 +30,7 @@ func TestRedisStoppedUnderBothPolicies(t *testing.T) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	serve := func(name string, policy floodgate.FailurePolicy) string {
 		lim, err := floodgate.New(name, store, rules, &floodgate.Options{
-			FailurePolicy: policy, Timeout: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+			FailurePolicy: policy, Timeout: time.Second, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)
