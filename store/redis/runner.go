@@ -37,6 +37,9 @@ type serverError struct{ msg string }
 func (e *serverError) Error() string { return "redis: " + e.msg }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var se *serverError
 	return errors.As(err, &se) && strings.HasPrefix(se.msg, "NOSCRIPT")
 }
@@ -123,6 +126,9 @@ func decodeReply(s string, err error) ([]int64, error) {
 // message, and the messages follow the numbers, in order.
 func splitReply(s string, replies [][]int64, errs []error) error {
 	pos, failed := 0, 0
+	// One array holds every batch's numbers (at most what the reply holds
+	// beyond the counts); each batch gets its own part of it.
+	all := make([]int64, 0, max(0, len(s)/8-len(replies)))
 	for i := range replies {
 		if len(s)-pos < 8 {
 			return errShortReply
@@ -136,11 +142,11 @@ func splitReply(s string, replies [][]int64, errs []error) error {
 		if int64(len(s)-pos)/8 < n {
 			return errShortReply
 		}
-		v := make([]int64, n)
-		for j := range v {
-			v[j] = replyNumber(s[pos+8*j:])
+		start := len(all)
+		for j := range int(n) {
+			all = append(all, replyNumber(s[pos+8*j:]))
 		}
-		replies[i], errs[i] = v, nil
+		replies[i], errs[i] = all[start:len(all):len(all)], nil
 		pos += 8 * int(n)
 	}
 	if failed == 0 {

@@ -252,6 +252,17 @@ type group struct {
 	c   call
 }
 
+// single is what a batch on a single node needs, in one allocation: its
+// one group and the backing arrays of the group's op indexes and keys and
+// of the call list (a batch with more ops or keys grows past them).
+type single struct {
+	g     group
+	gs    [1]*group
+	calls [1]*call
+	idx   [8]int
+	keys  [8]string
+}
+
 // apply runs b on Redis: one call per slot its keys occupy.
 func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 	now, ref := int64(-1), time.Now().UnixMicro()
@@ -261,22 +272,22 @@ func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 	}
 	mode := int(b.Mode)
 	if !s.isCluster {
-		var g group
-		var buf [8]int
-		g.idx = buf[:0]
+		one := &single{}
+		g := &one.g
+		g.idx, g.c.keys = one.idx[:0], one.keys[:0]
 		for i := range b.Ops {
 			g.idx = append(g.idx, i)
 		}
-		gs := [1]*group{&g}
-		if err := s.exec(ctx, b, gs[:], mode, now, ref, nil); err != nil {
+		one.gs[0] = g
+		if err := s.exec(ctx, b, one.gs[:], one.calls[:], mode, now, ref, nil); err != nil {
 			return err
 		}
 		b.Allowed = g.c.reply[0] == 1
-		s.results(b, &g, false)
+		s.results(b, g, false)
 		return nil
 	}
 	gs := s.groups(b)
-	if err := s.exec(ctx, b, gs, mode, now, ref, nil); err != nil {
+	if err := s.exec(ctx, b, gs, make([]*call, len(gs)), mode, now, ref, nil); err != nil {
 		if b.Mode == floodgate.ModeConsume {
 			s.compensate(ctx, b, gs, now, ref)
 		}
@@ -312,12 +323,11 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 	return gs
 }
 
-// exec builds and runs the groups' calls. A group whose script could not
-// find the calendar window holding the server's time is run again with
-// windows computed around that time. The first error is returned; groups
-// that succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, mode int, now, ref int64, stamps []int64) error {
-	calls := make([]*call, len(gs))
+// exec builds and runs the groups' calls; calls has room for one per
+// group. A group whose script could not find the calendar window holding
+// the server's time is run again with windows computed around that time.
+// The first error is returned; groups that succeeded keep their replies.
+func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
 	for i, g := range gs {
 		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
 		calls[i] = &g.c
@@ -406,7 +416,7 @@ func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group,
 	// passed, or units stay charged for a denied decision.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := s.exec(cctx, b, back, modeCompensate, now, ref, stamps); err != nil {
+	if err := s.exec(cctx, b, back, make([]*call, len(back)), modeCompensate, now, ref, stamps); err != nil {
 		s.logger.Warn("floodgate/redis: cross-slot compensation failed; units stay charged until their windows pass", "err", err)
 	}
 	for _, g := range back {
