@@ -270,3 +270,66 @@ func slotOwners(t *testing.T, n *redistest.Server) map[int]string {
 	}
 	return out
 }
+
+// TestStartWhileRedisIsDown starts stores against a Redis that is down.
+// Without a fallback, New fails. With one, New succeeds, the fallback's
+// memory limits answer (enforced, not the failure policy), and once Redis
+// comes up the store connects on its own and decisions go to Redis.
+func TestStartWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	srv.Kill()
+	url := "redis://" + srv.Addr + "/0"
+	if st, err := redis.New(&redis.Options{URL: url, DialTimeout: 200 * time.Millisecond}); err == nil {
+		st.Close()
+		t.Fatal("New without a fallback succeeded with Redis down")
+	}
+	before := runtime.NumGoroutine()
+	st, err := redis.New(&redis.Options{URL: url, DialTimeout: 200 * time.Millisecond, Fallback: &redis.Fallback{Instances: 1}})
+	if err != nil {
+		t.Fatalf("New with a fallback and Redis down: %v", err)
+	}
+	ctx := context.Background()
+	if err := st.Ping(ctx); err == nil {
+		t.Error("Ping succeeded before the store ever connected")
+	}
+	lim, err := floodgate.New("boot", st, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour, Key: []string{"user"}},
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := func(u string) floodgate.Attributes { return floodgate.Attributes{"user": u} }
+	for i, want := range []bool{true, true, false} {
+		d := lim.Allow(ctx, user("early"))
+		if d.Allowed != want || d.Reason == floodgate.ReasonStore {
+			t.Errorf("decision %d with Redis down: Allowed=%v Reason=%v Err=%v, want %v from the fallback's limits", i, d.Allowed, d.Reason, d.Err, want)
+		}
+	}
+
+	srv.Restart()
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; ; n++ {
+		d := lim.Allow(ctx, user("late-"+strconv.Itoa(n)))
+		if keys, _ := srv.Do("DBSIZE"); keys != "0" && keys != "" {
+			break // a decision reached Redis
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis up for 10s and no decision reached it (last: %+v)", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := st.Ping(ctx); err != nil {
+		t.Errorf("Ping after connecting: %v", err)
+	}
+	// Decisions now count on Redis: two more for one key, then a denial.
+	for i, want := range []bool{true, true, false} {
+		if d := lim.Allow(ctx, user("on-redis")); d.Allowed != want || d.Reason == floodgate.ReasonStore {
+			t.Errorf("decision %d on Redis: Allowed=%v Reason=%v Err=%v, want %v", i, d.Allowed, d.Reason, d.Err, want)
+		}
+	}
+	if keys, err := srv.Do("KEYS", "*on-redis*"); err != nil || keys == "" {
+		t.Errorf("the key of the last decisions is not on Redis (KEYS: %q, %v)", keys, err)
+	}
+	st.Close()
+	waitGoroutines(t, before)
+}

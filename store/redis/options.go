@@ -109,7 +109,8 @@ type Options struct {
 
 	// Fallback, when set, answers from per-instance memory limits while
 	// Redis is unreachable, instead of returning the error to the
-	// limiter's failure policy.
+	// limiter's failure policy. That includes a Redis that is down when
+	// the store is made: New then succeeds and connects in the background.
 	Fallback *Fallback
 
 	// Logger receives compensations that could not be applied and the

@@ -30,7 +30,9 @@ type Store struct {
 var _ floodgate.Store = (*Store)(nil)
 
 // New connects to Redis as opts say (nil for the defaults) and returns the
-// store. Connecting fails fast when no server answers.
+// store. Connecting fails fast when no server answers, unless opts has a
+// Fallback: the store then starts on the fallback's memory limits and
+// connects in the background, retrying every second.
 func New(opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -56,7 +58,7 @@ func New(opts *Options) (*Store, error) {
 	}
 	switch {
 	case opts.Client != nil:
-		s.run = &rueidisRunner{c: opts.Client}
+		s.run = coalesced(&rueidisRunner{c: opts.Client}, opts.MaxCoalesce)
 	case opts.GoRedis != nil:
 		if _, ring := opts.GoRedis.(*goredis.Ring); ring {
 			// A Ring routes a script by its first key alone, so one rule
@@ -69,25 +71,23 @@ func New(opts *Options) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
+		wrap := func(r *rueidisRunner) runner { return coalesced(r, opts.MaxCoalesce) }
 		c, err := rueidis.NewClient(co)
-		if err != nil {
-			if s.fb != nil {
-				s.fb.close()
-			}
+		switch {
+		case err == nil:
+			s.run = wrap(&rueidisRunner{c: c, owned: true})
+		case s.fb != nil:
+			// With a fallback, a Redis that is down at start is the same
+			// outage as one that goes down later: answer from memory and
+			// keep trying.
+			err = fmt.Errorf("redis: connect: %w", err)
+			s.logger.Warn("floodgate/redis: Redis unreachable at start; answering from per-instance memory limits and connecting in the background", "err", err)
+			s.run = newConnector(co, err, wrap, s.logger)
+		default:
 			return nil, fmt.Errorf("redis: connect: %w", err)
 		}
-		s.run = &rueidisRunner{c: c, owned: true}
 	}
 	s.isCluster = s.run.cluster()
-	if r, ok := s.run.(*rueidisRunner); ok && !s.isCluster {
-		n := opts.MaxCoalesce
-		if n == 0 {
-			n = DefaultMaxCoalesce
-		}
-		if n > 1 {
-			s.run = &coalescer{rueidisRunner: r, max: n}
-		}
-	}
 	if opts.DenyCacheSize >= 0 {
 		n := opts.DenyCacheSize
 		if n == 0 {
@@ -271,7 +271,7 @@ func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 		now = ref
 	}
 	mode := int(b.Mode)
-	if !s.isCluster {
+	if !s.clustered() {
 		one := &single{}
 		g := &one.g
 		g.idx, g.c.keys = one.idx[:0], one.keys[:0]
@@ -428,9 +428,41 @@ func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group,
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// Ping checks that Redis answers.
+// coalesced wraps a fresh client's runner in a coalescer when it serves a
+// single node (or a Sentinel master) and maxCoalesce allows more than one
+// decision per call.
+func coalesced(r *rueidisRunner, maxCoalesce int) runner {
+	if maxCoalesce == 0 {
+		maxCoalesce = DefaultMaxCoalesce
+	}
+	if r.cluster() || maxCoalesce <= 1 {
+		return r
+	}
+	return &coalescer{rueidisRunner: r, max: maxCoalesce}
+}
+
+// clustered reports whether the store talks to a Redis Cluster. A store
+// still connecting in the background learns it when it connects.
+func (s *Store) clustered() bool {
+	if c, ok := s.run.(*connector); ok {
+		return c.cluster()
+	}
+	return s.isCluster
+}
+
+// Ping checks that Redis answers. A store that has not yet connected
+// returns the last connection error.
 func (s *Store) Ping(ctx context.Context) error {
-	switch r := s.run.(type) {
+	return ping(ctx, s.run)
+}
+
+func ping(ctx context.Context, run runner) error {
+	switch r := run.(type) {
+	case *connector:
+		if c := r.connected(); c != nil {
+			return ping(ctx, c)
+		}
+		return *r.err.Load()
 	case *coalescer:
 		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
 	case *rueidisRunner:
