@@ -311,8 +311,9 @@ func readReply(r *bufio.Reader) (string, error) {
 
 // StartSentinel starts a Redis Sentinel (redis-server --sentinel) that
 // monitors master under the name "mymaster" with a quorum of 1, and stops it
-// when t ends.
-func StartSentinel(t testing.TB, master *Server) *Server {
+// when t ends. lines are extra lines of its configuration file, such as
+// "sentinel down-after-milliseconds mymaster 500".
+func StartSentinel(t testing.TB, master *Server, lines ...string) *Server {
 	t.Helper()
 	requireBinaries(t)
 	var last error
@@ -321,6 +322,9 @@ func StartSentinel(t testing.TB, master *Server) *Server {
 		s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
 		conf := filepath.Join(s.dir, "sentinel.conf")
 		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %d 1\n", port, s.dir, master.Port)
+		for _, line := range lines {
+			body += line + "\n"
+		}
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			t.Fatal(err)
 		}

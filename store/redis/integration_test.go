@@ -482,3 +482,88 @@ func TestClusterTagLimiter(t *testing.T) {
 		t.Fatalf("script calls for 6 decisions: evalsha=%d eval=%d on %d masters, want 6 on 1", evalsha, eval, busy)
 	}
 }
+
+// TestSentinelFailover kills the master under a Sentinel-configured store:
+// the Sentinel promotes the replica, the client follows it, and decisions
+// are answered by Redis again, with the limit still enforced from the
+// replicated state. Replication is asynchronous, so a failover may lose the
+// last writes before it (a limit then admits up to that many more); the
+// test lets every write replicate before the kill, so it sees none lost.
+func TestSentinelFailover(t *testing.T) {
+	master := redistest.Start(t)
+	replica := redistest.Start(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	sentinel := redistest.StartSentinel(t, master,
+		"sentinel down-after-milliseconds mymaster 300",
+		"sentinel failover-timeout mymaster 2000")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if role, _ := replica.Do("ROLE"); strings.Contains(role, "\nconnected\n") {
+			break // the replica has synced with the master
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not sync with the master within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The Sentinel learns of replicas from the master's INFO, which it
+	// reads every 10s: a failover before that would find no replica.
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		if r, _ := sentinel.Do("SENTINEL", "REPLICAS", "mymaster"); strings.Contains(r, strconv.Itoa(replica.Port)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Sentinel did not discover the replica within 15s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, err := redis.New(&redis.Options{Sentinel: &redis.Sentinel{Master: "mymaster", Addrs: []string{sentinel.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const limit = 5
+	lim, err := floodgate.New("failover", s, []floodgate.Rule{
+		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: limit, Window: time.Hour, Key: []string{"user"}},
+	}, &floodgate.Options{Timeout: time.Second, FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	user := floodgate.Attributes{"user": "u1"}
+	for i := range 3 {
+		if d := lim.Allow(ctx, user); !d.Allowed || d.Reason == floodgate.ReasonStore {
+			t.Fatalf("decision %d before the failover: %+v", i, d)
+		}
+	}
+	// Let the replica catch up: WAIT returns once 1 replica has every write.
+	if n, err := master.Do("WAIT", "1", "2000"); err != nil || n != "1" {
+		t.Fatalf("WAIT for the replica: %q %v", n, err)
+	}
+
+	master.Kill()
+	start := time.Now()
+	var d floodgate.Decision
+	for {
+		d = lim.Allow(ctx, user)
+		if d.Reason != floodgate.ReasonStore {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("no decision answered by Redis 20s after the master was killed: %+v", d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("answered by the promoted replica %v after the master was killed", time.Since(start).Round(time.Millisecond))
+	if role, _ := replica.Do("ROLE"); !strings.HasPrefix(role, "master") {
+		t.Errorf("the replica's role after the failover: %q", role)
+	}
+	// 3 were admitted before, this is the 4th: one more fits, then denial.
+	if !d.Allowed || d.Remaining != limit-4 {
+		t.Errorf("first decision after the failover: Allowed=%v Remaining=%d, want admitted with %d left", d.Allowed, d.Remaining, limit-4)
+	}
+	if d := lim.Allow(ctx, user); !d.Allowed {
+		t.Errorf("5th decision: %+v, want admitted", d)
+	}
+	if d := lim.Allow(ctx, user); d.Allowed || d.Reason != floodgate.ReasonLimit {
+		t.Errorf("6th decision: %+v, want denied by the limit", d)
+	}
+}
