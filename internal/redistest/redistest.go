@@ -8,6 +8,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,9 @@ type Server struct {
 	Addr string
 	// Port is the server's TCP port.
 	Port int
+	// TLS, for a server made by StartTLS, is a client configuration that
+	// trusts its certificate; nil for plain-text servers.
+	TLS *tls.Config
 
 	t     testing.TB
 	dir   string
@@ -197,7 +201,14 @@ func (s *Server) Restart() {
 // flattened to a string: arrays are joined with newlines, nil is "", an
 // error reply is returned as an error.
 func (s *Server) Do(args ...string) (string, error) {
-	return Do(s.Addr, args...)
+	if s.TLS == nil {
+		return Do(s.Addr, args...)
+	}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.Addr, s.TLS)
+	if err != nil {
+		return "", err
+	}
+	return do(c, args)
 }
 
 // MustDo is Do that fails the test on error.
@@ -257,6 +268,11 @@ func Do(addr string, args ...string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return do(c, args)
+}
+
+// do sends one command on c, reads its reply and closes c.
+func do(c net.Conn, args []string) (string, error) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	var b strings.Builder

@@ -567,3 +567,41 @@ func TestSentinelFailover(t *testing.T) {
 		t.Errorf("6th decision: %+v, want denied by the limit", d)
 	}
 }
+
+// TestTLS talks to a Redis that accepts only TLS: with the CA in
+// Options.TLS decisions work (over a rediss:// URL, and over a redis:// one,
+// which Options.TLS turns to TLS); a client that does not trust the
+// server's certificate, or that speaks plain text, cannot connect.
+func TestTLS(t *testing.T) {
+	srv := redistest.StartTLS(t)
+	for _, url := range []string{"rediss://" + srv.Addr + "/0", "redis://" + srv.Addr + "/0"} {
+		s, err := redis.New(&redis.Options{URL: url, TLS: srv.TLS})
+		if err != nil {
+			t.Fatalf("%s with the CA: %v", url, err)
+		}
+		lim, err := floodgate.New("tls", s, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour}}, patient)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if d := lim.Allow(context.Background(), nil); d.Allowed != (i < 2) || d.Reason == floodgate.ReasonStore {
+				t.Errorf("%s: decision %d: %+v", url, i, d)
+			}
+		}
+		s.Close()
+		srv.MustDo("FLUSHALL")
+	}
+	if n := srv.MustDo("DBSIZE"); n != "0" {
+		t.Errorf("DBSIZE after FLUSHALL over TLS: %s", n)
+	}
+	for name, o := range map[string]*redis.Options{
+		"rediss:// with the system roots": {URL: "rediss://" + srv.Addr + "/0"},
+		"plain text":                      {URL: "redis://" + srv.Addr + "/0"},
+	} {
+		o.DialTimeout = time.Second
+		if s, err := redis.New(o); err == nil {
+			s.Close()
+			t.Errorf("%s: connected to a TLS-only Redis", name)
+		}
+	}
+}
