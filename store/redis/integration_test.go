@@ -568,7 +568,7 @@ func TestSentinelFailover(t *testing.T) {
 	}
 }
 
-// TestTLS talks to a Redis that accepts only TLS: with the CA in
+// TestTLS talks to a Redis that accepts only TLS: with its certificate in
 // Options.TLS decisions work (over a rediss:// URL, and over a redis:// one,
 // which Options.TLS turns to TLS); a client that does not trust the
 // server's certificate, or that speaks plain text, cannot connect.
