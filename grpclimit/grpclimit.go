@@ -14,6 +14,9 @@
 // A stream is one call: it is limited when it opens. Concurrency rules have
 // their lease released when the handler returns, and Options.Count can
 // refund successful (or failed) calls then, so that only the others count.
+// Options.ChargeAfter admits a call while one unit is available and
+// charges, when the handler returns, the usage it reported with AddCost
+// (tokens of an LLM call, rows of a query).
 package grpclimit
 
 import (
@@ -24,6 +27,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -126,6 +130,34 @@ type Options struct {
 	// Failed classifies a handler's error for Count; nil means any non-nil
 	// error is a failure.
 	Failed func(err error) bool
+	// ChargeAfter admits a call when the limiter would admit one unit now,
+	// charging nothing up front, and when the handler returns records what
+	// it reported with AddCost (Limiter.Record), whether it succeeded or
+	// not. Use it for usage known only once the work is done. It cannot be
+	// combined with Count.
+	ChargeAfter bool
+}
+
+// costKey is the context key of a ChargeAfter call's usage.
+type costKey struct{}
+
+// usage is what the handlers of one ChargeAfter call reported, with the
+// usage of the interceptor outside this one, if any.
+type usage struct {
+	n      atomic.Int64
+	parent *usage
+}
+
+// AddCost adds n units to the usage the call is charged for when its
+// handler returns, for interceptors with Options.ChargeAfter set. It
+// reports whether such an interceptor is handling the call. When several
+// are, each is charged.
+func AddCost(ctx context.Context, n int64) bool {
+	u, _ := ctx.Value(costKey{}).(*usage)
+	for p := u; p != nil; p = p.parent {
+		p.n.Add(n)
+	}
+	return u != nil
 }
 
 // Interceptor limits gRPC calls with a floodgate.Limiter. It is safe for
@@ -138,6 +170,7 @@ type Interceptor struct {
 	leases  map[string]bool
 	count   httplimit.Count
 	failed  func(error) bool
+	charge  bool
 	pool    sync.Pool
 }
 
@@ -158,10 +191,13 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 	}
 	in := &Interceptor{
 		limiter: l, quota: httplimit.NewQuota(l), noQuota: opts.OmitQuotaMetadata,
-		leases: map[string]bool{}, count: opts.Count, failed: opts.Failed,
+		leases: map[string]bool{}, count: opts.Count, failed: opts.Failed, charge: opts.ChargeAfter,
 	}
 	if in.count > httplimit.CountSuccesses {
 		return nil, fmt.Errorf("grpclimit: limiter %q: unknown Count %d", l.Name(), in.count)
+	}
+	if in.charge && in.count != httplimit.CountAll {
+		return nil, fmt.Errorf("grpclimit: limiter %q: ChargeAfter charges after the handler; it cannot be combined with Count", l.Name())
 	}
 	if in.failed == nil {
 		in.failed = func(err error) bool { return err != nil }
@@ -191,11 +227,12 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 // Unary returns the unary server interceptor, for grpc.ChainUnaryInterceptor.
 func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		release, err := in.admit(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) },
+		hctx, release, err := in.admit(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) },
 			func(md metadata.MD) error { return grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
+		ctx = hctx
 		herr := errPanicked
 		defer func() { release(herr) }()
 		resp, err := handler(ctx, req)
@@ -208,9 +245,12 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // grpc.ChainStreamInterceptor. The stream is limited once, when it opens.
 func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		release, err := in.admit(ss.Context(), info.FullMethod, ss.SetHeader, func(md metadata.MD) error { ss.SetTrailer(md); return nil })
+		hctx, release, err := in.admit(ss.Context(), info.FullMethod, ss.SetHeader, func(md metadata.MD) error { ss.SetTrailer(md); return nil })
 		if err != nil {
 			return err
+		}
+		if hctx != ss.Context() {
+			ss = &contextStream{ServerStream: ss, ctx: hctx}
 		}
 		herr := errPanicked
 		defer func() { release(herr) }()
@@ -220,24 +260,60 @@ func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	}
 }
 
+// contextStream is a stream whose handler sees another context.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
+
 func noop(error) {}
 
 // errPanicked is what release sees when the handler panicked: a failure.
 var errPanicked = errors.New("grpclimit: handler panicked")
 
-// admit decides the call. It returns the status error of a refused call, or
-// the function to run with the handler's error when the admitted call ends.
-func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (func(error), error) {
+// admit decides the call. It returns the status error of a refused call,
+// or the context for the handler and the function to run with the
+// handler's error when the admitted call ends.
+func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (context.Context, func(error), error) {
 	attrs := in.pool.Get().(floodgate.Attributes)
 	for _, a := range in.attrs {
 		if v := a.f(ctx, method); v != "" {
 			attrs[a.name] = v
 		}
 	}
-	d := in.limiter.Allow(ctx, attrs)
-	clear(attrs)
-	in.pool.Put(attrs)
+	var d floodgate.Decision
+	if in.charge {
+		d, _ = in.limiter.Peek(ctx, attrs, 1) // cost 1 is always valid
+	} else {
+		d = in.limiter.Allow(ctx, attrs)
+	}
+	keep := in.charge && d.Allowed // the charge after the handler needs attrs
+	if !keep {
+		clear(attrs)
+		in.pool.Put(attrs)
+	}
+	release, err := in.decided(ctx, &d, setHeader, setTrailer)
+	if !keep || err != nil {
+		return ctx, release, err
+	}
+	parent, _ := ctx.Value(costKey{}).(*usage)
+	u := &usage{parent: parent}
+	return context.WithValue(ctx, costKey{}, u), func(herr error) {
+		release(herr)
+		if n := u.n.Load(); n > 0 {
+			in.limiter.Record(context.WithoutCancel(ctx), attrs, n)
+		}
+		clear(attrs)
+		in.pool.Put(attrs)
+	}, nil
+}
 
+// decided turns the decision d into the call's metadata and either the
+// status error of a refused call or the function to run with the handler's
+// error when the admitted call ends.
+func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHeader, setTrailer func(metadata.MD) error) (func(error), error) {
 	if d.Reason == floodgate.ReasonStore {
 		if d.Allowed {
 			return noop, nil
@@ -250,7 +326,7 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 	}
 	var md metadata.MD
 	if !in.noQuota {
-		if pol, lim := in.quota.Format(&d); pol != "" {
+		if pol, lim := in.quota.Format(d); pol != "" {
 			md = metadata.Pairs(MetadataRateLimitPolicy, pol, MetadataRateLimit, lim)
 		}
 	}
@@ -260,7 +336,7 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 		}
 		if in.count != httplimit.CountAll {
 			t := d.Ticket()
-			leases := in.leaseTicket(&d)
+			leases := in.leaseTicket(d)
 			return func(err error) {
 				refund := leases
 				if in.failed(err) == (in.count == httplimit.CountSuccesses) {
@@ -271,7 +347,7 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 				}
 			}, nil
 		}
-		if t := in.leaseTicket(&d); t.Valid() {
+		if t := in.leaseTicket(d); t.Valid() {
 			return func(error) { in.limiter.Refund(context.WithoutCancel(ctx), t) }, nil
 		}
 		return noop, nil

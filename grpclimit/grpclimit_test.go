@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,6 +274,10 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": nil}}); err == nil {
 		t.Error("nil KeyFunc accepted")
 	}
+	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, ChargeAfter: true, Count: httplimit.CountFailures}); err == nil ||
+		!strings.Contains(err.Error(), "ChargeAfter") {
+		t.Errorf("ChargeAfter with Count: %v", err)
+	}
 }
 
 // failingHealth fails Check for the service name "bad".
@@ -320,5 +325,96 @@ func TestCountFailuresOnly(t *testing.T) {
 	}
 	if c := call("good"); c != codes.ResourceExhausted {
 		t.Fatalf("after 2 failures: %v, want ResourceExhausted", c)
+	}
+}
+
+// usageHealth reports, from Check and Watch, the usage its request's service
+// name gives ("4" costs 4 units) with AddCost.
+type usageHealth struct {
+	healthpb.UnimplementedHealthServer
+	outside chan bool // AddCost's answer, per call
+}
+
+func (h usageHealth) report(ctx context.Context, service string) {
+	n, _ := strconv.ParseInt(service, 10, 64)
+	h.outside <- AddCost(ctx, n)
+}
+
+func (h usageHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.report(ctx, req.Service)
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func (h usageHealth) Watch(req *healthpb.HealthCheckRequest, ss healthpb.Health_WatchServer) error {
+	h.report(ss.Context(), req.Service)
+	return ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
+}
+
+// TestChargeAfter admits calls while one unit is left and charges what the
+// handlers reported when they return, for unary calls and streams alike; a
+// call over the limit by then is refused.
+func TestChargeAfter(t *testing.T) {
+	lim, _, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "tokens", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"ip"}},
+	})
+	in := mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, ChargeAfter: true})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := usageHealth{outside: make(chan bool, 8)}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(in.Unary()), grpc.ChainStreamInterceptor(in.Stream()))
+	healthpb.RegisterHealthServer(srv, h)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	ctx := context.Background()
+	remaining := func() int64 {
+		d, err := lim.Peek(ctx, floodgate.Attributes{"ip": "127.0.0.1"}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Remaining
+	}
+
+	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "4"}); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if !<-h.outside {
+		t.Error("AddCost inside a ChargeAfter call reported no interceptor")
+	}
+	if got := remaining(); got != 6 {
+		t.Errorf("remaining after a unary call that reported 4 = %d, want 6", got)
+	}
+	stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{Service: "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	<-h.outside
+	for deadline := time.Now().Add(5 * time.Second); remaining() != 1; {
+		if time.Now().After(deadline) { // the charge lands when the handler returns
+			t.Fatalf("remaining after a stream that reported 5 = %d, want 1", remaining())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// One unit left: admitted, and its report of 7 pushes the key past the limit.
+	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{Service: "7"}); err != nil {
+		t.Fatalf("call with one unit left: %v", err)
+	}
+	<-h.outside
+	_, err = client.Check(ctx, &healthpb.HealthCheckRequest{Service: "1"})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("call after the limit was spent: %v, want ResourceExhausted", err)
+	}
+	if AddCost(ctx, 1) {
+		t.Error("AddCost outside any interceptor reported one")
 	}
 }
