@@ -20,7 +20,7 @@ func (a Attributes) matches(attrs Attributes) bool {
 	return true
 }
 
-// lent lends a copy of a request's attributes to a rule's callbacks
+// lend lends a copy of a request's attributes to a rule's callbacks
 // (KeyFunc and LimitFunc) and takes it back when the callback returns.
 //
 // Handing the callbacks the caller's own map would let it escape, as far as
