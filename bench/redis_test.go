@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,7 +125,7 @@ func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow fun
 	var next, failed atomic.Uint64
 	n := uint64(b.N)
 	b.ResetTimer()
-	serverCPU, clientCPU := srv.CPU(), processCPU(b)
+	serverCPU, clientCPU := srv.CPU(), cpuTime()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range callers {
@@ -144,7 +143,7 @@ func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow fun
 	}
 	wg.Wait()
 	el := time.Since(start)
-	clientCPU, serverCPU = processCPU(b)-clientCPU, srv.CPU()-serverCPU
+	clientCPU, serverCPU = cpuTime()-clientCPU, srv.CPU()-serverCPU
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d of %d decisions not admitted", failed.Load(), n)
@@ -152,15 +151,6 @@ func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow fun
 	b.ReportMetric(float64(n)/el.Seconds(), "decisions/s")
 	b.ReportMetric(float64(clientCPU.Microseconds())/float64(n), "client-cpu-µs/decision")
 	b.ReportMetric(float64(serverCPU.Microseconds())/float64(n), "server-cpu-µs/decision")
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // evalshaCeiling reports redis-benchmark's rate for EVALSHA of "return 1":
