@@ -17,12 +17,11 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/go-chi/httprate"
 	golimiter "github.com/sethvargo/go-limiter"
@@ -36,34 +35,6 @@ import (
 
 // numKeys is the number of distinct keys every limiter sees.
 const numKeys = 10_000
-
-// splitmix is a splitmix64 generator private to one goroutine.
-type splitmix uint64
-
-func (r *splitmix) next() uint64 {
-	*r += 0x9e3779b97f4a7c15
-	z := uint64(*r)
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
-}
-
-// intn returns a uniform number in [0, n).
-func (r *splitmix) intn(n int) int { return int((r.next() >> 32) * uint64(n) >> 32) }
-
-// cpuNow returns the CPU time this process has used (user + system, all
-// threads), in nanoseconds.
-func cpuNow() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-var seeds atomic.Uint64
-
-func newSplitmix() splitmix { return splitmix(seeds.Add(0x5851f42d4c957f2d)) }
 
 // allowFunc decides one request for key number i; it reports whether the
 // request was admitted.
@@ -273,16 +244,11 @@ func BenchmarkCompare(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				cpu := cpuNow()
-				defer func() {
-					if b.N > 0 {
-						b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
-					}
-				}()
+				defer benchtool.ReportCPU(b, benchtool.CPU())
 				if mode == "serial" {
-					r := newSplitmix()
+					r := benchtool.NewRand()
 					for b.Loop() {
-						if !allow(ctx, r.intn(numKeys)) {
+						if !allow(ctx, r.Intn(numKeys)) {
 							b.Fatal("denied")
 						}
 					}
@@ -290,9 +256,9 @@ func BenchmarkCompare(b *testing.B) {
 				}
 				b.RunParallel(func(pb *testing.PB) {
 					allow := worker()
-					r := newSplitmix()
+					r := benchtool.NewRand()
 					for pb.Next() {
-						if !allow(ctx, r.intn(numKeys)) {
+						if !allow(ctx, r.Intn(numKeys)) {
 							b.Error("denied")
 							return
 						}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
 	"github.com/sethvargo/go-limiter/memorystore"
 )
 
@@ -64,12 +65,12 @@ func BenchmarkFloor(b *testing.B) {
 	for _, s := range steps {
 		b.Run(s.name, func(b *testing.B) {
 			b.ReportAllocs()
-			r := newSplitmix()
-			cpu := cpuNow()
+			r := benchtool.NewRand()
+			cpu := benchtool.CPU()
 			for b.Loop() {
-				s.step(keys[r.intn(numKeys)])
+				s.step(keys[r.Intn(numKeys)])
 			}
-			b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
+			benchtool.ReportCPU(b, cpu)
 		})
 	}
 	if sink == 42 {

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	fgredis "github.com/floodgate-go/floodgate/store/redis"
 	"github.com/go-redis/redis_rate/v10"
@@ -125,7 +126,7 @@ func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow fun
 	var next, failed atomic.Uint64
 	n := uint64(b.N)
 	b.ResetTimer()
-	serverCPU, clientCPU := srv.CPU(), cpuTime()
+	serverCPU, clientCPU := srv.CPU(), benchtool.CPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range callers {
@@ -143,7 +144,7 @@ func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow fun
 	}
 	wg.Wait()
 	el := time.Since(start)
-	clientCPU, serverCPU = cpuTime()-clientCPU, srv.CPU()-serverCPU
+	clientCPU, serverCPU = benchtool.CPU()-clientCPU, srv.CPU()-serverCPU
 	b.StopTimer()
 	if failed.Load() > 0 {
 		b.Fatalf("%d of %d decisions not admitted", failed.Load(), n)

@@ -23,50 +23,13 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
-
-// benchRand is a splitmix64 generator: cheap, allocation-free and private to
-// one goroutine.
-type benchRand uint64
-
-func (r *benchRand) next() uint64 {
-	*r += 0x9e3779b97f4a7c15
-	z := uint64(*r)
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
-}
-
-// intn returns a uniform number in [0, n) (Lemire's multiply-shift).
-func (r *benchRand) intn(n int) int {
-	return int((r.next() >> 32) * uint64(n) >> 32)
-}
-
-// benchCPU returns the CPU time this process has used, in nanoseconds.
-func benchCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// reportCPU reports the CPU time used since start per iteration.
-func reportCPU(b *testing.B, start int64) {
-	if b.N > 0 {
-		b.ReportMetric(float64(benchCPU()-start)/float64(b.N), "cpu-ns/op")
-	}
-}
-
-var benchSeed atomic.Uint64
-
-func newBenchRand() benchRand { return benchRand(benchSeed.Add(0x5851f42d4c957f2d)) }
 
 // benchAttrs returns n prebuilt attribute maps: a distinct user and ip per
 // map and n/100 (at least 1) tenants.
@@ -126,20 +89,20 @@ func runDecisions(b *testing.B, l *floodgate.Limiter, attrs []floodgate.Attribut
 	n := len(attrs)
 	b.ReportAllocs()
 	b.ResetTimer()
-	defer reportCPU(b, benchCPU())
+	defer benchtool.ReportCPU(b, benchtool.CPU())
 	if !parallel {
-		r := newBenchRand()
+		r := benchtool.NewRand()
 		for b.Loop() {
-			if d := l.Allow(ctx, attrs[r.intn(n)]); !d.Allowed {
+			if d := l.Allow(ctx, attrs[r.Intn(n)]); !d.Allowed {
 				b.Fatal("denied")
 			}
 		}
 		return
 	}
 	b.RunParallel(func(pb *testing.PB) {
-		r := newBenchRand()
+		r := benchtool.NewRand()
 		for pb.Next() {
-			if d := l.Allow(ctx, attrs[r.intn(n)]); !d.Allowed {
+			if d := l.Allow(ctx, attrs[r.Intn(n)]); !d.Allowed {
 				b.Error("denied")
 				return
 			}
@@ -196,11 +159,11 @@ func BenchmarkAlgorithm(b *testing.B) {
 		l := benchLimiter(b, []floodgate.Rule{{Name: "leases", Algorithm: floodgate.Concurrency,
 			Limit: 1 << 20, Window: time.Minute, Key: []string{"user"}}}, attrs)
 		ctx := context.Background()
-		r := newBenchRand()
+		r := benchtool.NewRand()
 		b.ReportAllocs()
-		defer reportCPU(b, benchCPU())
+		defer benchtool.ReportCPU(b, benchtool.CPU())
 		for b.Loop() {
-			d := l.Allow(ctx, attrs[r.intn(len(attrs))])
+			d := l.Allow(ctx, attrs[r.Intn(len(attrs))])
 			if !d.Allowed {
 				b.Fatal("denied")
 			}
@@ -251,7 +214,7 @@ func BenchmarkDenied(b *testing.B) {
 		l.Allow(ctx, attrs)
 	}
 	b.ReportAllocs()
-	defer reportCPU(b, benchCPU())
+	defer benchtool.ReportCPU(b, benchtool.CPU())
 	for b.Loop() {
 		if d := l.Allow(ctx, attrs); d.Allowed {
 			b.Fatal("admitted")
@@ -271,11 +234,11 @@ func BenchmarkAttributesPerCall(b *testing.B) {
 	}
 	l := benchLimiter(b, []floodgate.Rule{benchTokenBucket}, attrs)
 	ctx := context.Background()
-	r := newBenchRand()
+	r := benchtool.NewRand()
 	b.ReportAllocs()
-	defer reportCPU(b, benchCPU())
+	defer benchtool.ReportCPU(b, benchtool.CPU())
 	for b.Loop() {
-		if d := l.Allow(ctx, floodgate.Attributes{"user": users[r.intn(len(users))]}); !d.Allowed {
+		if d := l.Allow(ctx, floodgate.Attributes{"user": users[r.Intn(len(users))]}); !d.Allowed {
 			b.Fatal("denied")
 		}
 	}
