@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/redis/rueidis"
 )
 
 // DefaultMaxCoalesce is how many decisions one script call carries at most
@@ -154,9 +152,7 @@ func (co *coalescer) send(batch []*pending) {
 	}
 	if len(batch) == 1 {
 		p := batch[0]
-		c := call{keys: p.c.keys, args: p.c.args}
-		co.rueidisRunner.run(ctx, []*call{&c})
-		p.reply, p.err = c.reply, c.err
+		p.reply, p.err = decodeReply(co.do(ctx, p.c))
 		close(p.done)
 		return
 	}
@@ -170,17 +166,7 @@ func (co *coalescer) send(batch []*pending) {
 		keys = append(keys, p.c.keys...)
 		args = append(args, p.c.args...)
 	}
-	multi := call{keys: keys, args: args}
-	res := co.c.Do(ctx, co.cmd(&multi, false))
-	if err := res.Error(); err != nil {
-		if re, ok := rueidis.IsRedisErr(err); ok && isNoScript(&serverError{msg: re.Error()}) {
-			res = co.c.Do(ctx, co.cmd(&multi, true))
-		}
-	}
-	out, err := res.ToString()
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		err = &serverError{msg: re.Error()}
-	}
+	out, err := co.do(ctx, &call{keys: keys, args: args})
 	if err == nil {
 		replies := make([][]int64, len(batch))
 		errs := make([]error, len(batch))

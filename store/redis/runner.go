@@ -66,13 +66,20 @@ func (r *rueidisRunner) cmd(c *call, eval bool) rueidis.Completed {
 	return r.c.B().Evalsha().Sha1(scriptSHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 }
 
+// do runs c alone, with EVAL if the server lacks the script, and returns
+// the script's raw reply.
+func (r *rueidisRunner) do(ctx context.Context, c *call) (string, error) {
+	s, err := text(r.c.Do(ctx, r.cmd(c, false)))
+	if isNoScript(err) {
+		s, err = text(r.c.Do(ctx, r.cmd(c, true)))
+	}
+	return s, err
+}
+
 func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 	if len(calls) == 1 {
 		c := calls[0]
-		r.fill(c, r.c.Do(ctx, r.cmd(c, false)))
-		if isNoScript(c.err) {
-			r.fill(c, r.c.Do(ctx, r.cmd(c, true)))
-		}
+		c.reply, c.err = decodeReply(r.do(ctx, c))
 		return
 	}
 	cmds := make(rueidis.Commands, len(calls))
@@ -81,7 +88,7 @@ func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 	}
 	var again []*call
 	for i, res := range r.c.DoMulti(ctx, cmds...) {
-		if r.fill(calls[i], res); isNoScript(calls[i].err) {
+		if fill(calls[i], res); isNoScript(calls[i].err) {
 			again = append(again, calls[i])
 		}
 	}
@@ -93,16 +100,21 @@ func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 		cmds = append(cmds, r.cmd(c, true))
 	}
 	for i, res := range r.c.DoMulti(ctx, cmds...) {
-		r.fill(again[i], res)
+		fill(again[i], res)
 	}
 }
 
-func (r *rueidisRunner) fill(c *call, res rueidis.RedisResult) {
+// fill decodes res into c's reply or err.
+func fill(c *call, res rueidis.RedisResult) { c.reply, c.err = decodeReply(text(res)) }
+
+// text returns res's string, or its error (a Redis error reply as a
+// *serverError).
+func text(res rueidis.RedisResult) (string, error) {
 	s, err := res.ToString()
 	if re, ok := rueidis.IsRedisErr(err); ok {
 		err = &serverError{msg: re.Error()}
 	}
-	c.reply, c.err = decodeReply(s, err)
+	return s, err
 }
 
 // decodeReply returns the reply to a call of one batch: its numbers, or
