@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/caltest"
 )
 
 // The reference model: a deliberately plain restatement of what each
@@ -162,9 +163,9 @@ func (m *ruleModel) windowAt(now int64) (start, end int64) {
 		start = floorDiv(now, m.window) * m.window
 		return start, start + m.window
 	case floodgate.AlignDay:
-		return calendarWindow(now, m.loc, false)
+		return caltest.Window(now, m.loc, false)
 	case floodgate.AlignMonth:
-		return calendarWindow(now, m.loc, true)
+		return caltest.Window(now, m.loc, true)
 	}
 	return now, now + m.window
 }
@@ -565,48 +566,4 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
-}
-
-// calendarWindow finds the local calendar day (or month) holding now by
-// searching for the instants where the local date changes, rather than by
-// constructing midnights: an independent check of the stores' arithmetic.
-func calendarWindow(now int64, loc *time.Location, month bool) (start, end int64) {
-	if loc == nil {
-		loc = time.UTC
-	}
-	date := func(us int64) (int, time.Month, int) {
-		y, m, d := time.UnixMicro(us).In(loc).Date()
-		if month {
-			d = 1
-		}
-		return y, m, d
-	}
-	y0, m0, d0 := date(now)
-	same := func(us int64) bool {
-		y, m, d := date(us)
-		return y == y0 && m == m0 && d == d0
-	}
-	span := int64(48 * time.Hour / time.Microsecond)
-	if month {
-		span = int64(33 * 24 * time.Hour / time.Microsecond)
-	}
-	// same is true on [start, end) and false just outside it.
-	lo, hi := now-span, now
-	for hi-lo > 1 {
-		if mid := lo + (hi-lo)/2; same(mid) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	start = hi
-	lo, hi = now, now+span
-	for hi-lo > 1 {
-		if mid := lo + (hi-lo)/2; same(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return start, hi
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/caltest"
 )
 
 // step is one store access: bring s to now, check n, and take n when
@@ -341,7 +343,7 @@ func TestCalendarWindowsFollowLocalDates(t *testing.T) {
 			for _, align := range []Align{AlignDay, AlignMonth} {
 				p := Params{Kind: FixedWindow, Limit: 1, Align: align, Loc: loc}
 				start, end := WindowAt(&p, now)
-				wantStart, wantEnd := localSpan(now, loc, align == AlignMonth)
+				wantStart, wantEnd := caltest.Window(now, loc, align == AlignMonth)
 				if start != wantStart || end != wantEnd {
 					t.Fatalf("%s %v window at %v: [%v, %v), want [%v, %v)", zone, align, day.In(loc),
 						time.UnixMicro(start).In(loc), time.UnixMicro(end).In(loc),
@@ -350,41 +352,6 @@ func TestCalendarWindowsFollowLocalDates(t *testing.T) {
 			}
 		}
 	}
-}
-
-// localSpan finds the span of instants sharing now's local date (or month)
-// by bisection.
-func localSpan(now int64, loc *time.Location, month bool) (start, end int64) {
-	key := func(us int64) int {
-		y, m, d := time.UnixMicro(us).In(loc).Date()
-		if month {
-			d = 1
-		}
-		return y*10000 + int(m)*100 + d
-	}
-	k := key(now)
-	span := int64(48 * time.Hour / time.Microsecond)
-	if month {
-		span *= 17
-	}
-	lo, hi := now-span, now
-	for hi-lo > 1 {
-		if mid := lo + (hi-lo)/2; key(mid) == k {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	start = hi
-	lo, hi = now, now+span
-	for hi-lo > 1 {
-		if mid := lo + (hi-lo)/2; key(mid) == k {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return start, hi
 }
 
 // From its Expiry on, a state means the same as an absent key, so a store
