@@ -72,22 +72,30 @@ func (c *denyCache) lookup(op *floodgate.Op, cost, now int64) (denial, bool) {
 // report admitted with their full limit (meaning "not consulted"). It is
 // never used for peeks or records, which must report true state.
 func (c *denyCache) deny(b *floodgate.Batch, now int64) bool {
-	hit := false
+	// first is the first op found denied: the ops before it were just
+	// looked up and missed, so only those after it are looked up again.
+	first := -1
+	var d denial
 	for i := range b.Ops {
 		if op := &b.Ops[i]; cacheable(op) {
-			if _, ok := c.lookup(op, b.Cost, now); ok {
-				hit = true
+			var ok bool
+			if d, ok = c.lookup(op, b.Cost, now); ok {
+				first = i
 				break
 			}
 		}
 	}
-	if !hit {
+	if first < 0 {
 		return false
 	}
 	for i := range b.Ops {
 		op := &b.Ops[i]
 		op.Stamp = 0
-		if d, ok := c.lookup(op, b.Cost, now); ok && cacheable(op) {
+		hit := i == first
+		if i > first && cacheable(op) {
+			d, hit = c.lookup(op, b.Cost, now)
+		}
+		if hit {
 			retry := time.Duration(d.until - now)
 			op.Result = floodgate.Result{Remaining: d.rem, RetryAfter: retry, ResetAfter: max(retry, time.Duration(d.resetAt-now))}
 			continue
