@@ -464,7 +464,7 @@ func ping(ctx context.Context, run runner) error {
 		}
 		return *r.err.Load()
 	case *coalescer:
-		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
+		return ping(ctx, r.rueidisRunner)
 	case *rueidisRunner:
 		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
 	case *goRedisRunner:
