@@ -14,11 +14,7 @@ package bench
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -154,24 +150,15 @@ func runRedisCallers(b *testing.B, srv *redistest.Server, callers int, allow fun
 	b.ReportMetric(float64(serverCPU.Microseconds())/float64(n), "server-cpu-µs/decision")
 }
 
-// evalshaCeiling reports redis-benchmark's rate for EVALSHA of "return 1":
-// 128 connections, 16 commands pipelined on each.
+// evalshaCeiling reports redis-benchmark's rate for EVALSHA of "return 1"
+// (see redistest.Server.EvalshaCeiling) and the server CPU each call cost.
 func evalshaCeiling(b *testing.B, srv *redistest.Server) {
-	const script = "return 1"
-	sum := sha1.Sum([]byte(script))
-	srv.MustDo("SCRIPT", "LOAD", script)
 	n := max(b.N, 200_000)
 	cpu := srv.CPU()
-	out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port),
-		"-n", strconv.Itoa(n), "-c", "128", "-P", "16", "-q", "EVALSHA", hex.EncodeToString(sum[:]), "0").CombinedOutput()
+	rps, err := srv.EvalshaCeiling(n)
 	if err != nil {
-		b.Fatalf("redis-benchmark: %v\n%s", err, out)
+		b.Fatal(err)
 	}
-	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindSubmatch(out)
-	if m == nil {
-		b.Fatalf("redis-benchmark output: %s", out)
-	}
-	rps, _ := strconv.ParseFloat(string(m[1]), 64)
 	b.ReportMetric(rps, "decisions/s")
 	b.ReportMetric(float64((srv.CPU()-cpu).Microseconds())/float64(n), "server-cpu-µs/decision")
 }

@@ -2,10 +2,7 @@ package redis_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"sync"
@@ -145,21 +142,10 @@ func serverCalls(srv *redistest.Server) (calls int64, us float64, ok bool) {
 // with.
 func BenchmarkEvalshaCeiling(b *testing.B) {
 	srv := redistest.Start(b)
-	const script = "return 1"
-	sum := sha1.Sum([]byte(script))
-	sha := hex.EncodeToString(sum[:])
-	srv.MustDo("SCRIPT", "LOAD", script)
-	n := max(b.N, 200_000)
-	out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port),
-		"-n", strconv.Itoa(n), "-c", "128", "-P", "16", "-q", "EVALSHA", sha, "0").CombinedOutput()
+	rps, err := srv.EvalshaCeiling(max(b.N, 200_000))
 	if err != nil {
-		b.Fatalf("redis-benchmark: %v\n%s", err, out)
+		b.Fatal(err)
 	}
-	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindSubmatch(out)
-	if m == nil {
-		b.Fatalf("redis-benchmark output: %s", out)
-	}
-	rps, _ := strconv.ParseFloat(string(m[1]), 64)
 	b.ReportMetric(rps, "evalsha/s")
 	b.ReportMetric(0, "ns/op")
 }
