@@ -155,22 +155,9 @@ func (s *Server) respond(d *floodgate.Decision, ticket string) DecisionResponse 
 	return out
 }
 
-// decision reads and checks a check or reset request.
-func (s *Server) decision(w http.ResponseWriter, r *http.Request) (*floodgate.Limiter, floodgate.Attributes, int64, *httpError) {
-	l, attrs, cost, _, e := s.decisionPeek(w, r, false)
-	return l, attrs, cost, e
-}
-
-// decisionPeek is decision that also reads "peek" when peekOK.
-func (s *Server) decisionPeek(w http.ResponseWriter, r *http.Request, peekOK bool) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
-	l, attrs, cost, peek, e := s.readDecision(w, r)
-	if e == nil && peek && !peekOK {
-		e = badRequest("peek: only /v1/check peeks")
-	}
-	return l, attrs, cost, peek, e
-}
-
-func (s *Server) readDecision(w http.ResponseWriter, r *http.Request) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
+// readDecision reads and checks a check or reset request; "peek" is
+// refused unless peekOK.
+func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK bool) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
 	var req decisionRequest
 	if e := s.decode(w, r, &req); e != nil {
 		return nil, nil, 0, false, e
@@ -190,6 +177,9 @@ func (s *Server) readDecision(w http.ResponseWriter, r *http.Request) (*floodgat
 	if cost < 0 {
 		return nil, nil, 0, false, badRequest(fmt.Sprintf("cost: must not be negative, got %d", cost))
 	}
+	if req.Peek && !peekOK {
+		return nil, nil, 0, false, badRequest("peek: only /v1/check peeks")
+	}
 	return l, floodgate.Attributes(req.Attributes), cost, req.Peek, nil
 }
 
@@ -197,7 +187,7 @@ func (s *Server) readDecision(w http.ResponseWriter, r *http.Request) (*floodgat
 // 1) when admitted; cost 0 peeks at one unit, and "peek": true at cost
 // units.
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, cost, peek, e := s.decisionPeek(w, r, true)
+	l, attrs, cost, peek, e := s.readDecision(w, r, true)
 	if e != nil {
 		return e
 	}
@@ -255,7 +245,7 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 // handleReset serves POST /v1/reset (admin): forgets the state of every
 // rule's key for the given attributes.
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, _, e := s.decision(w, r)
+	l, attrs, _, _, e := s.readDecision(w, r, false)
 	if e != nil {
 		return e
 	}
