@@ -241,12 +241,9 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	result := selectAdmitted
 	if sel.Allowed {
-		var ticket string
-		if t := sel.Decision.Ticket(); t.Valid() {
-			var err error
-			if ticket, err = sealTicket(s.secret, t); err != nil {
-				return &httpError{status: http.StatusInternalServerError, kind: "internal", detail: "sealing the ticket failed"}
-			}
+		ticket, e := s.seal(&sel.Decision)
+		if e != nil {
+			return e
 		}
 		d := s.respond(&sel.Decision, ticket)
 		out.Candidate, out.Index, out.Decision = sel.Name, index[sel.Index], &d

@@ -201,14 +201,25 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError 
 	if err != nil {
 		return badRequest(err.Error())
 	}
-	var ticket string
-	if t := d.Ticket(); t.Valid() {
-		if ticket, err = sealTicket(s.secret, t); err != nil {
-			return &httpError{status: http.StatusInternalServerError, kind: "internal", detail: "sealing the ticket failed"}
-		}
+	ticket, e := s.seal(&d)
+	if e != nil {
+		return e
 	}
 	writeJSON(w, http.StatusOK, s.respond(&d, ticket))
 	return nil
+}
+
+// seal returns d's ticket sealed for the client, or "" when d holds none.
+func (s *Server) seal(d *floodgate.Decision) (string, *httpError) {
+	t := d.Ticket()
+	if !t.Valid() {
+		return "", nil
+	}
+	ticket, err := sealTicket(s.secret, t)
+	if err != nil {
+		return "", &httpError{status: http.StatusInternalServerError, kind: "internal", detail: "sealing the ticket failed"}
+	}
+	return ticket, nil
 }
 
 // handleRefund serves POST /v1/refund: gives a ticket's units back (or
