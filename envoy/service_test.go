@@ -271,6 +271,17 @@ func TestHitsAddend(t *testing.T) {
 	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.2")), ok, want{ok, 3, minute, 2, 30 * time.Second})
 }
 
+// is_negative_hits has no floodgate form: the descriptor is only checked,
+// whatever its cost.
+func TestNegativeHitsCheckOnly(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	neg := desc("remote_address", "10.0.0.1")
+	neg.IsNegativeHits = true
+	h.check(h.ask("edge", 2, neg), ok, want{ok, 3, minute, 3, 30 * time.Second})
+	h.check(h.ask("edge", 0, withHits(neg, 5)), ok, want{ok, 3, minute, 3, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 3, minute, 2, 30 * time.Second})
+}
+
 // An over-limit descriptor charges none of the others, whether they are
 // decided in the same floodgate decision or in another one.
 func TestOverLimitChargesNothing(t *testing.T) {
