@@ -58,9 +58,6 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 			continue
 		}
 		c := cost(req, i)
-		if req.Descriptors[i].GetIsNegativeHits() {
-			c = 0 // giving units back has no floodgate form: check only
-		}
 		g := fit(w.groups, limiters[i], c, lf)
 		if g == nil {
 			g = w.group(limiters[i], c)
@@ -228,11 +225,7 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 		for _, e := range desc.GetEntries() {
 			attrs[e.GetKey()] = e.GetValue()
 		}
-		c := cost(req, i)
-		if desc.GetIsNegativeHits() {
-			c = 0
-		}
-		groups[i] = &group{l: l, cost: c, attrs: attrs, descs: []int{i}}
+		groups[i] = &group{l: l, cost: cost(req, i), attrs: attrs, descs: []int{i}}
 	}
 	run(ctx, groups, false)
 	var rules []floodgate.Rule

@@ -164,9 +164,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return msg, nil
 }
 
-// cost returns descriptor i's units: its own hits_addend when set (0 checks
-// only), else the request's, where 0 means unset and so 1.
+// cost returns descriptor i's units: 0 (check only) when it gives units
+// back (is_negative_hits, which has no floodgate form), else its own
+// hits_addend when set (0 checks only), else the request's, where 0 means
+// unset and so 1.
 func cost(req *rlsv3.RateLimitRequest, i int) int64 {
+	if req.Descriptors[i].GetIsNegativeHits() {
+		return 0
+	}
 	if h := req.Descriptors[i].GetHitsAddend(); h != nil {
 		return int64(min(h.GetValue(), math.MaxInt32))
 	}
