@@ -18,6 +18,7 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 	defer w.release()
 	w.grow(n)
 	leaves, keys, limiters := w.leaves[:n], w.keys[:n], w.limiters[:n]
+	tree := st.limiters[d.name] // the limiter of the domain's own limits
 	for i, desc := range req.Descriptors {
 		var lf *leaf
 		var key string
@@ -30,7 +31,7 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 			key = counterKey(desc.GetEntries(), nil)
 		} else {
 			lf, key = d.match(desc.GetEntries())
-			limiters[i] = st.limiters[d.name]
+			limiters[i] = tree
 		}
 		leaves[i], keys[i] = lf, key
 		if lf != nil && len(lf.replaces) > 0 {
