@@ -121,3 +121,29 @@ func (d Decision) Ticket() Ticket {
 	}
 	return t
 }
+
+// LeaseTicket returns the part of the decision's ticket that holds
+// Concurrency leases: refunding it releases the leases and gives back
+// nothing else. It is the zero Ticket, without allocating, when the
+// decision took no lease. Middleware refunds it when a request ends.
+func (d Decision) LeaseTicket() Ticket {
+	if !d.Allowed || d.limiter == nil {
+		return Ticket{}
+	}
+	held := false
+	for _, r := range d.Rules() {
+		held = held || r.took && d.limiter.rules[r.rule].Algorithm == Concurrency
+	}
+	if !held {
+		return Ticket{}
+	}
+	t := d.Ticket()
+	kept := t.Entries[:0]
+	for _, e := range t.Entries {
+		if c := d.limiter.byName[e.Rule]; c != nil && c.Algorithm == Concurrency {
+			kept = append(kept, e)
+		}
+	}
+	t.Entries = kept
+	return t
+}

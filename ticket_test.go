@@ -105,6 +105,47 @@ func TestRefundReleasesAConcurrencyLease(t *testing.T) {
 	}
 }
 
+// LeaseTicket holds only the Concurrency part of a decision: refunding it
+// releases the lease and leaves the other rules charged.
+func TestLeaseTicket(t *testing.T) {
+	ctx := context.Background()
+	l, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "per-minute", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}},
+		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"user"}},
+	}, nil)
+	d := l.Allow(ctx, user("a"))
+	lt := d.LeaseTicket()
+	if !lt.Valid() || len(lt.Entries) != 1 || lt.Entries[0].Rule != "in-flight" {
+		t.Fatalf("lease ticket = %+v, want the in-flight entry alone", lt)
+	}
+	if d := l.Allow(ctx, user("a")); d.Allowed || d.Rule != "in-flight" {
+		t.Fatalf("second request while the lease is held: %+v", d)
+	}
+	if err := l.Refund(ctx, lt); err != nil {
+		t.Fatal(err)
+	}
+	d = l.Allow(ctx, user("a"))
+	if !d.Allowed {
+		t.Fatalf("after releasing the lease: %+v, want admitted", d)
+	}
+	for _, r := range d.Rules() {
+		if r.Name == "per-minute" && r.Remaining != 8 {
+			t.Errorf("per-minute remaining = %d, want 8: the lease ticket gave back more than the lease", r.Remaining)
+		}
+	}
+	// A limiter without Concurrency rules, admitted or denied: the zero
+	// ticket.
+	only, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "per-minute", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}},
+	}, nil)
+	if lt := only.Allow(ctx, user("b")).LeaseTicket(); lt.Valid() {
+		t.Errorf("a decision without leases gave a lease ticket %+v", lt)
+	}
+	if lt := only.Allow(ctx, user("b")).LeaseTicket(); lt.Valid() {
+		t.Errorf("a denied decision gave a lease ticket %+v", lt)
+	}
+}
+
 func TestRefundOfForeignAndEmptyTickets(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New(&memory.Options{SweepInterval: -1})

@@ -167,7 +167,6 @@ type Interceptor struct {
 	attrs   []namedKey
 	quota   *httplimit.Quota
 	noQuota bool
-	leases  map[string]bool
 	count   httplimit.Count
 	failed  func(error) bool
 	charge  bool
@@ -191,7 +190,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 	}
 	in := &Interceptor{
 		limiter: l, quota: httplimit.NewQuota(l), noQuota: opts.OmitQuotaMetadata,
-		leases: map[string]bool{}, count: opts.Count, failed: opts.Failed, charge: opts.ChargeAfter,
+		count: opts.Count, failed: opts.Failed, charge: opts.ChargeAfter,
 	}
 	if in.count > httplimit.CountSuccesses {
 		return nil, fmt.Errorf("grpclimit: limiter %q: unknown Count %d", l.Name(), in.count)
@@ -209,7 +208,6 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 		in.attrs = append(in.attrs, namedKey{name, f})
 	}
 	for _, r := range l.Rules() {
-		in.leases[r.Name] = r.Algorithm == floodgate.Concurrency
 		if r.KeyFunc != nil {
 			continue
 		}
@@ -336,7 +334,7 @@ func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHe
 		}
 		if in.count != httplimit.CountAll {
 			t := d.Ticket()
-			leases := in.leaseTicket(d)
+			leases := d.LeaseTicket()
 			return func(err error) {
 				refund := leases
 				if in.failed(err) == (in.count == httplimit.CountSuccesses) {
@@ -347,7 +345,7 @@ func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHe
 				}
 			}, nil
 		}
-		if t := in.leaseTicket(d); t.Valid() {
+		if t := d.LeaseTicket(); t.Valid() {
 			return func(error) { in.limiter.Refund(context.WithoutCancel(ctx), t) }, nil
 		}
 		return noop, nil
@@ -376,26 +374,6 @@ func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHe
 		}
 	}
 	return nil, withRetry(status.New(codes.ResourceExhausted, msg), wait, qf)
-}
-
-// leaseTicket returns the part of d's ticket that holds Concurrency leases.
-func (in *Interceptor) leaseTicket(d *floodgate.Decision) floodgate.Ticket {
-	held := false
-	for _, r := range d.Rules() {
-		held = held || in.leases[r.Name] && r.Allowed
-	}
-	if !held {
-		return floodgate.Ticket{}
-	}
-	t := d.Ticket()
-	kept := t.Entries[:0]
-	for _, e := range t.Entries {
-		if in.leases[e.Rule] {
-			kept = append(kept, e)
-		}
-	}
-	t.Entries = kept
-	return t
 }
 
 // withRetry adds the retry delay (when positive) and the quota failure (when

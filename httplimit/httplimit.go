@@ -134,8 +134,7 @@ type Middleware struct {
 	legacy        bool
 	clock         floodgate.Clock
 	quotaFmt      *Quota
-	leases        map[string]bool // rules whose units are leases (Concurrency)
-	anyLeases     bool
+	anyLeases     bool      // a rule's units are leases (Concurrency)
 	pool          sync.Pool // floodgate.Attributes
 }
 
@@ -167,7 +166,6 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 		legacy:        opts.LegacyHeaders,
 		clock:         opts.Clock,
 		quotaFmt:      NewQuota(l),
-		leases:        make(map[string]bool),
 	}
 	where := fmt.Sprintf("httplimit: limiter %q", l.Name())
 	if m.kind > Cost {
@@ -202,8 +200,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 		m.attrs = append(m.attrs, namedKey{name, f})
 	}
 	for _, r := range l.Rules() {
-		m.leases[r.Name] = r.Algorithm == floodgate.Concurrency
-		m.anyLeases = m.anyLeases || m.leases[r.Name]
+		m.anyLeases = m.anyLeases || r.Algorithm == floodgate.Concurrency
 		if r.KeyFunc != nil {
 			continue
 		}
@@ -315,8 +312,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}()
 		next.ServeHTTP(sw, r)
 		done = true
-	case m.anyLeases && m.holdsLease(&d):
-		defer m.refund(ctx, heapCopy(&d), false)
+	case m.anyLeases:
+		if t := d.LeaseTicket(); t.Valid() {
+			defer m.limiter.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
+		}
 		next.ServeHTTP(w, r)
 	default:
 		next.ServeHTTP(w, r)
@@ -326,28 +325,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // refund gives back the whole decision (all), or only its Concurrency
 // leases.
 func (m *Middleware) refund(ctx context.Context, d *floodgate.Decision, all bool) {
-	t := d.Ticket()
-	if !all {
-		kept := t.Entries[:0]
-		for _, e := range t.Entries {
-			if m.leases[e.Rule] {
-				kept = append(kept, e)
-			}
-		}
-		t.Entries = kept
+	t := d.LeaseTicket()
+	if all {
+		t = d.Ticket()
 	}
 	if t.Valid() {
 		m.limiter.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
 	}
-}
-
-func (m *Middleware) holdsLease(d *floodgate.Decision) bool {
-	for _, r := range d.Rules() {
-		if m.leases[r.Name] && r.Allowed {
-			return true
-		}
-	}
-	return false
 }
 
 // heapCopy copies a decision that must outlive the stack frame, so that the
