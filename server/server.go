@@ -422,23 +422,19 @@ func (s *Server) reload() error {
 	if err != nil {
 		return err
 	}
-	var ecfg *envoy.Config
 	if s.envoy != nil {
-		if ecfg, err = envoy.LoadDir(s.EnvoyConfigDir); err != nil {
+		ecfg, err := envoy.LoadDir(s.EnvoyConfigDir)
+		if err != nil {
 			return err
 		}
-		// Check the Envoy files build before anything is swapped.
-		if _, err := envoy.New(s.store, ecfg, s.envoyOptions(c)); err != nil {
-			return err
-		}
-	}
-	s.limiters.Store(set)
-	if ecfg != nil {
+		// Update changes nothing when it fails, so it goes before the
+		// limiters are swapped: a rejected reload swaps neither.
 		if err := s.envoy.Update(ecfg); err != nil {
-			return err // not reached: the same files built above
+			return err
 		}
 		s.Logger.Info("envoy rate limit configuration reloaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(ecfg.Domains(), ","))
 	}
+	s.limiters.Store(set)
 	s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
 	return nil
 }
