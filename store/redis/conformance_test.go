@@ -28,11 +28,6 @@ func (u undeadlined) Apply(ctx context.Context, b *floodgate.Batch) error {
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, func(t *testing.T) floodgate.Store {
-		s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return undeadlined{s}
+		return undeadlined{newStore(t, srv)}
 	})
 }

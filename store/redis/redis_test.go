@@ -14,20 +14,12 @@ import (
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
-// newStore starts a Redis and returns a store on it that uses the batch's
-// time, with extra options applied.
-func newStore(t testing.TB, srv *redistest.Server, edit func(*redis.Options)) *redis.Store {
+// newStore returns a store on srv that uses the batch's time, with the
+// over-limit cache off, so that its answers compare exactly with a
+// reference's.
+func newStore(t testing.TB, srv *redistest.Server) *redis.Store {
 	t.Helper()
-	o := &redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: -1}
-	if edit != nil {
-		edit(o)
-	}
-	s, err := redis.New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return serverStore(t, []string{srv.Addr}, false, func(o *redis.Options) { o.UseBatchTime, o.DenyCacheSize = true, -1 })
 }
 
 var ny, _ = time.LoadLocation("America/New_York")
@@ -57,7 +49,7 @@ type issued struct {
 // same random batches and the same clock and requires identical answers.
 func TestMatchesMemory(t *testing.T) {
 	srv := redistest.Start(t)
-	rs := newStore(t, srv, nil)
+	rs := newStore(t, srv)
 	ms := memory.New(&memory.Options{SweepInterval: -1})
 	defer ms.Close()
 	ctx := context.Background()
