@@ -184,7 +184,6 @@ func (n *node) hasChildren() bool {
 type leaf struct {
 	path      string // the descriptor path, as the reference names it: key_value.key
 	rule      string // the floodgate rule name
-	index     int    // position in the domain's rules, -1 when not a rule
 	field     string // where the rate_limit block is, e.g. descriptors[0].rate_limit
 	line, col int
 	unlimited bool
@@ -200,6 +199,10 @@ type leaf struct {
 	burst      int64
 	override   bool // a limit Envoy supplied in the request
 }
+
+// counted says the leaf is one of its domain's floodgate rules: a limit
+// that is neither unlimited nor 0 requests per unit.
+func (l *leaf) counted() bool { return !l.unlimited && l.rpu > 0 }
 
 // capacity is the most units the leaf's rule can hold.
 func (l *leaf) capacity() int64 { return max(int64(l.rpu), l.burst) }
@@ -217,8 +220,7 @@ func newDomain(f *File) (*domain, error) {
 	names := map[string]bool{}
 	var walk func(n *node)
 	walk = func(n *node) {
-		if l := n.limit; l != nil && !l.unlimited && l.rpu > 0 {
-			l.index = len(d.leaves)
+		if l := n.limit; l != nil && l.counted() {
 			d.leaves = append(d.leaves, l)
 			// A key holding '.' can give two paths one name: number the
 			// later one ('g' never follows '-' in an encoded name).

@@ -54,7 +54,7 @@ func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (l *lea
 		}
 		n = next
 	}
-	if l == nil || l.unlimited || l.index < 0 {
+	if l == nil || !l.counted() {
 		return l, ""
 	}
 	return l, counterKey(entries, shared)

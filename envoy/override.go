@@ -38,7 +38,7 @@ func (s *Service) override(st *state, d *domain, ov *commonv3.RateLimitDescripto
 		return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor limit override: unknown unit %v", ov.GetUnit())
 	}
 	lf := &leaf{
-		path: overrideRule, rule: overrideRule, index: -1, override: true,
+		path: overrideRule, rule: overrideRule, override: true,
 		rpu: ov.GetRequestsPerUnit(), unit: unit, algorithm: floodgate.FixedWindow,
 	}
 	mult := int64(1)

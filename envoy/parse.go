@@ -308,7 +308,7 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
 	if !p.mapping(&n, field) {
 		return nil
 	}
-	l := &leaf{path: path, field: field, index: -1, line: n.Line, col: n.Column, algorithm: floodgate.FixedWindow}
+	l := &leaf{path: path, field: field, line: n.Line, col: n.Column, algorithm: floodgate.FixedWindow}
 	var unitNode, nameNode, extNode, rpuNode *yaml.Node
 	var unit string
 	for i := 0; i+1 < len(n.Content); i += 2 {
