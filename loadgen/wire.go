@@ -378,16 +378,7 @@ func (c *wireConn) cancel(st *wireStream) bool {
 	broken := c.err != nil
 	c.mu.Unlock()
 	if live && !broken {
-		c.waiting.Add(1)
-		c.wmu.Lock()
-		err := c.fr.WriteRSTStream(st.id, http2.ErrCodeCancel)
-		if c.waiting.Add(-1) == 0 && err == nil {
-			err = c.bw.Flush()
-		}
-		c.wmu.Unlock()
-		if err != nil {
-			c.fail(err, true)
-		}
+		c.write(func() error { return c.fr.WriteRSTStream(st.id, http2.ErrCodeCancel) })
 	}
 	return live
 }
@@ -410,7 +401,8 @@ func (c *wireConn) fail(err error, all bool) {
 	}
 }
 
-// write runs one control frame write under the write lock.
+// write runs one frame write (a control frame, or a stream's reset) under
+// the write lock.
 func (c *wireConn) write(f func() error) {
 	c.waiting.Add(1)
 	c.wmu.Lock()
