@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -504,14 +505,14 @@ func FuzzDecisionRequest(f *testing.F) {
 	h := s.Handler()
 	f.Fuzz(func(t *testing.T, body string) {
 		for _, path := range []string{"/v1/check", "/v1/record", "/v1/refund"} {
-			w := &recorder{header: http.Header{}}
-			r, _ := http.NewRequest("POST", path, strings.NewReader(body))
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest("POST", path, strings.NewReader(body))
 			h.ServeHTTP(w, r)
-			switch w.code {
+			switch w.Code {
 			case 200:
 				var d DecisionResponse
-				if err := json.Unmarshal(w.body.Bytes(), &d); err != nil {
-					t.Fatalf("%s: 200 with %s", path, w.body.Bytes())
+				if err := json.Unmarshal(w.Body.Bytes(), &d); err != nil {
+					t.Fatalf("%s: 200 with %s", path, w.Body.Bytes())
 				}
 			case 204:
 				if path != "/v1/refund" {
@@ -519,32 +520,12 @@ func FuzzDecisionRequest(f *testing.F) {
 				}
 			case 400, 404, 413:
 				var p problem
-				if err := json.Unmarshal(w.body.Bytes(), &p); err != nil || p.Status != w.code {
-					t.Fatalf("%s: %d with %s", path, w.code, w.body.Bytes())
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != w.Code {
+					t.Fatalf("%s: %d with %s", path, w.Code, w.Body.Bytes())
 				}
 			default:
-				t.Fatalf("%s: status %d for %q", path, w.code, body)
+				t.Fatalf("%s: status %d for %q", path, w.Code, body)
 			}
 		}
 	})
-}
-
-// recorder is a minimal http.ResponseWriter.
-type recorder struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-}
-
-func (r *recorder) Header() http.Header { return r.header }
-func (r *recorder) WriteHeader(code int) {
-	if r.code == 0 {
-		r.code = code
-	}
-}
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.code == 0 {
-		r.code = 200
-	}
-	return r.body.Write(b)
 }
