@@ -339,6 +339,20 @@ func (d *decoder) integer(n *yaml.Node, path string) (int64, bool) {
 	return 0, false
 }
 
+// intIn decodes a whole number from lo to hi. A number outside that range
+// is an error whose message is format applied to the number.
+func (d *decoder) intIn(n *yaml.Node, path string, lo, hi int64, format string) (int, bool) {
+	i, ok := d.integer(n, path)
+	if !ok {
+		return 0, false
+	}
+	if i < lo || i > hi {
+		d.errorf(n, path, format, i)
+		return 0, false
+	}
+	return int(i), true
+}
+
 func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 	n, ok := d.scalar(n, path)
 	if !ok {

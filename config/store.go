@@ -17,12 +17,8 @@ func (d *decoder) breaker(n *yaml.Node, path string, b *floodgate.BreakerOptions
 		return
 	}
 	if v := f["failures"]; v != nil {
-		if i, ok := d.integer(v, path+".failures"); ok {
-			if i < 1 || i > 1_000_000 {
-				d.errorf(v, path+".failures", "must be between 1 and 1000000, got %d", i)
-			} else {
-				b.Failures = int(i)
-			}
+		if i, ok := d.intIn(v, path+".failures", 1, 1_000_000, "must be between 1 and 1000000, got %d"); ok {
+			b.Failures = i
 		}
 	}
 	if v := f["cooldown"]; v != nil {
@@ -50,12 +46,8 @@ func (d *decoder) store(n *yaml.Node, path string, s *Store) {
 		p := path + ".memory"
 		m := d.mapping(v, p, "max_keys")
 		if v := m["max_keys"]; v != nil {
-			if k, ok := d.integer(v, p+".max_keys"); ok {
-				if k < 1 || k > 1<<40 {
-					d.errorf(v, p+".max_keys", "must be at least 1, got %d", k)
-				} else {
-					s.Memory.MaxKeys = int(k)
-				}
+			if k, ok := d.intIn(v, p+".max_keys", 1, 1<<40, "must be at least 1, got %d"); ok {
+				s.Memory.MaxKeys = k
 			}
 		}
 	}
@@ -153,21 +145,13 @@ func (d *decoder) redis(n *yaml.Node, path string) *Redis {
 		}
 	}
 	if v := f["db"]; v != nil {
-		if db, ok := d.integer(v, path+".db"); ok {
-			if db < 0 || db > 1<<20 {
-				d.errorf(v, path+".db", "must be a database number, got %d", db)
-			} else {
-				r.DB = int(db)
-			}
+		if db, ok := d.intIn(v, path+".db", 0, 1<<20, "must be a database number, got %d"); ok {
+			r.DB = db
 		}
 	}
 	if v := f["deny_cache_size"]; v != nil {
-		if n, ok := d.integer(v, path+".deny_cache_size"); ok {
-			if n < -1 || n > 1<<30 {
-				d.errorf(v, path+".deny_cache_size", "must be -1 (off) or a key count, got %d", n)
-			} else {
-				r.DenyCacheSize = int(n)
-			}
+		if n, ok := d.intIn(v, path+".deny_cache_size", -1, 1<<30, "must be -1 (off) or a key count, got %d"); ok {
+			r.DenyCacheSize = n
 		}
 	}
 	if v := f["fallback"]; v != nil {
@@ -183,12 +167,8 @@ func (d *decoder) fallback(n *yaml.Node, path string) *Fallback {
 		return fb
 	}
 	if v := f["instances"]; v != nil {
-		if i, ok := d.integer(v, path+".instances"); ok {
-			if i < 1 || i > 1_000_000 {
-				d.errorf(v, path+".instances", "must be at least 1, got %d", i)
-			} else {
-				fb.Instances = int(i)
-			}
+		if i, ok := d.intIn(v, path+".instances", 1, 1_000_000, "must be at least 1, got %d"); ok {
+			fb.Instances = i
 		}
 	} else {
 		d.errorf(n, path+".instances", "must be set: how many instances share the limits")
@@ -197,12 +177,8 @@ func (d *decoder) fallback(n *yaml.Node, path string) *Fallback {
 		fb.Retry, _ = d.positive(v, path+".retry")
 	}
 	if v := f["max_keys"]; v != nil {
-		if k, ok := d.integer(v, path+".max_keys"); ok {
-			if k < 1 || k > 1<<40 {
-				d.errorf(v, path+".max_keys", "must be at least 1, got %d", k)
-			} else {
-				fb.MaxKeys = int(k)
-			}
+		if k, ok := d.intIn(v, path+".max_keys", 1, 1<<40, "must be at least 1, got %d"); ok {
+			fb.MaxKeys = k
 		}
 	}
 	return fb
