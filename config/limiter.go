@@ -145,14 +145,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 			if m := of["match"]; m != nil {
 				o.Match = d.attributes(m, p+".match")
 			}
-			if m := of["limit"]; m != nil {
-				o.Limit, _ = d.integer(m, p+".limit")
-			} else {
-				d.errorf(item, p+".limit", "must be set")
-			}
-			if m := of["burst"]; m != nil {
-				o.Burst, _ = d.integer(m, p+".burst")
-			}
+			d.limits(item, p, of, &o)
 			r.Overrides = append(r.Overrides, o)
 		}
 	}
@@ -180,19 +173,25 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 				continue
 			}
 			o := floodgate.Override{Match: floodgate.Attributes{tierAttr: value}}
-			if m := tf["limit"]; m != nil {
-				o.Limit, _ = d.integer(m, tp+".limit")
-			} else {
-				d.errorf(tv, tp+".limit", "must be set")
-			}
-			if m := tf["burst"]; m != nil {
-				o.Burst, _ = d.integer(m, tp+".burst")
-			}
+			d.limits(tv, tp, tf, &o)
 			r.Overrides = append(r.Overrides, o)
 			src.tiers = append(src.tiers, value)
 		}
 	}
 	return r, src
+}
+
+// limits decodes the limit (required) and burst of an override or a tier:
+// n is its node and f its fields.
+func (d *decoder) limits(n *yaml.Node, path string, f map[string]*yaml.Node, o *floodgate.Override) {
+	if v := f["limit"]; v != nil {
+		o.Limit, _ = d.integer(v, path+".limit")
+	} else {
+		d.errorf(n, path+".limit", "must be set")
+	}
+	if v := f["burst"]; v != nil {
+		o.Burst, _ = d.integer(v, path+".burst")
+	}
 }
 
 // orderedKeys returns a mapping's keys in file order.
