@@ -125,19 +125,6 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args, returning an exit code when the command should stop
-// (help: 0; bad flags: 2).
-func (m *Main) parse(fs *flag.FlagSet, args []string) (int, bool) {
-	fs.SetOutput(m.Stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	return 0, true
-}
-
 // wantsHelp reports whether args ask for help, so that help goes to stdout.
 func wantsHelp(args []string) bool {
 	for _, a := range args {
@@ -151,12 +138,19 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
-// parseArgs is parse with help printed to stdout.
+// parseArgs parses args, returning an exit code when the command should
+// stop (help, printed to stdout: 0; bad flags: 2).
 func (m *Main) parseArgs(fs *flag.FlagSet, args []string) (int, bool) {
 	if wantsHelp(args) {
 		fs.SetOutput(m.Stdout)
 		fs.Usage()
 		return exitOK, false
 	}
-	return m.parse(fs, args)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	return 0, true
 }
