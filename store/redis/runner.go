@@ -26,6 +26,8 @@ type call struct {
 // different nodes.
 type runner interface {
 	run(ctx context.Context, calls []*call)
+	// cluster reports whether calls go to a Redis Cluster, so that a
+	// batch is split by slot.
 	cluster() bool
 	close()
 }

@@ -21,7 +21,6 @@ type Store struct {
 	prefix    string
 	tag       HashTag
 	batchTime bool
-	isCluster bool
 	cache     *denyCache
 	fb        *fallback
 	logger    *slog.Logger
@@ -87,7 +86,6 @@ func New(opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("redis: connect: %w", err)
 		}
 	}
-	s.isCluster = s.run.cluster()
 	if opts.DenyCacheSize >= 0 {
 		n := opts.DenyCacheSize
 		if n == 0 {
@@ -271,7 +269,7 @@ func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 		now = ref
 	}
 	mode := int(b.Mode)
-	if !s.clustered() {
+	if !s.run.cluster() {
 		one := &single{}
 		g := &one.g
 		g.idx, g.c.keys = one.idx[:0], one.keys[:0]
@@ -439,15 +437,6 @@ func coalesced(r *rueidisRunner, maxCoalesce int) runner {
 		return r
 	}
 	return &coalescer{rueidisRunner: r, max: maxCoalesce}
-}
-
-// clustered reports whether the store talks to a Redis Cluster. A store
-// still connecting in the background learns it when it connects.
-func (s *Store) clustered() bool {
-	if c, ok := s.run.(*connector); ok {
-		return c.cluster()
-	}
-	return s.isCluster
 }
 
 // Ping checks that Redis answers. A store that has not yet connected
