@@ -82,15 +82,11 @@ func (d *decoder) decode(data []byte) *Config {
 	if items != nil && len(items) == 0 {
 		d.errorf(n, "limiters", "must hold at least one limiter")
 	}
-	var deadline time.Duration
-	if c.Store.Redis != nil {
-		deadline = c.Store.Redis.Deadline
-	}
 	seen := make(map[string]*yaml.Node)
 	named := make(map[string]bool) // every limiter name written, valid or not
 	for i, item := range items {
 		p := fmt.Sprintf("limiters[%d]", i)
-		l, ok := d.limiter(item, p, c, deadline)
+		l, ok := d.limiter(item, p, c)
 		if l.Name != "" {
 			named[l.Name] = true
 		}

@@ -21,8 +21,12 @@ type ruleSource struct {
 	tiers    []string // tier values, in the order their overrides follow
 }
 
-func (d *decoder) limiter(n *yaml.Node, path string, c *Config, deadline time.Duration) (Limiter, bool) {
-	l := Limiter{FailurePolicy: c.FailurePolicy, Breaker: c.Breaker, Deadline: deadline}
+// limiter decodes one limiter, starting from c's global settings.
+func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) {
+	l := Limiter{FailurePolicy: c.FailurePolicy, Breaker: c.Breaker}
+	if c.Store.Redis != nil {
+		l.Deadline = c.Store.Redis.Deadline
+	}
 	errs := len(d.errs)
 	f := d.mapping(n, path, "name", "failure_policy", "shadow", "deadline", "breaker", "tier_attribute", "token_rules", "rules")
 	if f == nil {
