@@ -169,8 +169,7 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 			}
 			l := set.byName[c.Limiter]
 			if l == nil {
-				return &httpError{status: http.StatusNotFound, kind: kindUnknownLimiter,
-					detail: fmt.Sprintf("candidates[%d].limiter: no limiter named %q; GET /v1/limiters lists them", i, c.Limiter)}
+				return unknownLimiter(fmt.Sprintf("candidates[%d].limiter", i), c.Limiter)
 			}
 			costs[i] = 1
 			if c.Cost != nil {
@@ -298,8 +297,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 		return badRequest("peek: only /v1/check peeks")
 	}
 	if l == nil {
-		return &httpError{status: http.StatusNotFound, kind: kindUnknownLimiter,
-			detail: fmt.Sprintf("limiter: no limiter named %q; GET /v1/limiters lists them", req.Limiter)}
+		return unknownLimiter("limiter", req.Limiter)
 	}
 	cost := int64(1)
 	switch {
@@ -327,11 +325,10 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 	if req.Ticket != "" {
 		var err error
 		if t, err = openTicket(s.secret, req.Ticket); err != nil {
-			return &httpError{status: http.StatusBadRequest, kind: kindInvalidTicket, detail: "ticket: " + err.Error()}
+			return invalidTicket(err.Error())
 		}
 		if t.Limiter != req.Limiter {
-			return &httpError{status: http.StatusBadRequest, kind: kindInvalidTicket,
-				detail: fmt.Sprintf("ticket: issued by limiter %q, not %q", t.Limiter, req.Limiter)}
+			return invalidTicket(fmt.Sprintf("issued by limiter %q, not %q", t.Limiter, req.Limiter))
 		}
 	}
 	// Recorded usage outlives the request: a client that hangs up must not

@@ -167,8 +167,7 @@ func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK boo
 	}
 	l := s.limiter(req.Limiter)
 	if l == nil {
-		return nil, nil, 0, false, &httpError{status: http.StatusNotFound, kind: kindUnknownLimiter,
-			detail: fmt.Sprintf("limiter: no limiter named %q; GET /v1/limiters lists them", req.Limiter)}
+		return nil, nil, 0, false, unknownLimiter("limiter", req.Limiter)
 	}
 	cost := int64(1)
 	if req.Cost != nil {
@@ -237,7 +236,7 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 	t, err := openTicket(s.secret, req.Ticket)
 	if err != nil {
 		s.metrics.refunds.WithLabelValues("", "rejected").Inc()
-		return &httpError{status: http.StatusBadRequest, kind: kindInvalidTicket, detail: "ticket: " + err.Error()}
+		return invalidTicket(err.Error())
 	}
 	if l := s.limiter(t.Limiter); l != nil {
 		// The refund outlives the request: a client that hangs up must not

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 )
 
@@ -42,6 +43,17 @@ func (e *httpError) Error() string { return e.detail }
 
 func badRequest(detail string) *httpError {
 	return &httpError{status: http.StatusBadRequest, kind: kindInvalidRequest, detail: detail}
+}
+
+// unknownLimiter is the problem of a request whose field names no limiter.
+func unknownLimiter(field, name string) *httpError {
+	return &httpError{status: http.StatusNotFound, kind: kindUnknownLimiter,
+		detail: fmt.Sprintf("%s: no limiter named %q; GET /v1/limiters lists them", field, name)}
+}
+
+// invalidTicket is the problem of a request whose ticket cannot be used.
+func invalidTicket(detail string) *httpError {
+	return &httpError{status: http.StatusBadRequest, kind: kindInvalidTicket, detail: "ticket: " + detail}
 }
 
 // writeProblem answers with e as application/problem+json.
