@@ -149,9 +149,11 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 	c.keys = c.keys[:0]
 	blob := make([]byte, 0, 8*(headArgs+(opArgs+1)*len(idx))+20)
 	put := func(v int64) { blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(v))) }
-	var keep int64
-	for _, i := range idx {
-		keep = max(keep, ticketLifetime(&b.Ops[i].Params))
+	var keep int64 // only a refund keeps a spent-ticket record
+	if mode == int(floodgate.ModeRefund) {
+		for _, i := range idx {
+			keep = max(keep, ticketLifetime(&b.Ops[i].Params))
+		}
 	}
 	refund := mode == int(floodgate.ModeRefund) || mode == modeCompensate
 	put(int64(mode))
