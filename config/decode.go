@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -185,7 +186,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 			continue
 		}
 		seen[key] = true
-		if known != nil && !contains(known, key) {
+		if known != nil && !slices.Contains(known, key) {
 			d.errorf(k, p, "unknown field%s", suggest(key, known))
 			continue
 		}
@@ -210,15 +211,6 @@ func (d *decoder) attributes(n *yaml.Node, path string) floodgate.Attributes {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // suggest names the closest known key, or lists them all.
