@@ -337,7 +337,11 @@ func TestTooLarge(t *testing.T) {
 }
 
 // FuzzLoad checks that no input makes the loader panic, and that a
-// configuration it accepts builds its limiters.
+// configuration it accepts keeps the promises of Config's documentation:
+// unique limiter names, token rules that name rules of their limiter, and
+// route candidates that name configured limiters. (That each accepted
+// limiter builds is not checked here: Parse accepts a limiter only once it
+// has built it.)
 func FuzzLoad(f *testing.F) {
 	for _, dir := range []string{"valid", "invalid"} {
 		files, _ := filepath.Glob(filepath.Join("testdata", dir, "*.yaml"))
@@ -363,9 +367,23 @@ func FuzzLoad(f *testing.F) {
 			}
 			return
 		}
+		limiters := make(map[string]bool, len(c.Limiters))
 		for _, l := range c.Limiters {
-			if _, err := l.New(nopStore{}, floodgate.Options{}); err != nil {
-				t.Fatalf("accepted limiter %q does not build: %v", l.Name, err)
+			if limiters[l.Name] {
+				t.Fatalf("limiter name %q accepted twice", l.Name)
+			}
+			limiters[l.Name] = true
+			for _, name := range l.TokenRules {
+				if !hasRule(l.Rules, name) {
+					t.Fatalf("limiter %q: token rule %q names no rule", l.Name, name)
+				}
+			}
+		}
+		for _, r := range c.Routes {
+			for _, cand := range r.Candidates {
+				if !limiters[cand.Limiter] {
+					t.Fatalf("route %q: candidate %q names no accepted limiter (%q)", r.Name, cand.Name, cand.Limiter)
+				}
 			}
 		}
 	})
