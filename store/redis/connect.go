@@ -99,6 +99,14 @@ func (c *connector) cluster() bool {
 	return false
 }
 
+// ping pings the connected client, or returns the last connection error.
+func (c *connector) ping(ctx context.Context) error {
+	if r := c.connected(); r != nil {
+		return r.ping(ctx)
+	}
+	return *c.err.Load()
+}
+
 func (c *connector) close() {
 	c.once.Do(func() { close(c.stop) })
 	<-c.done

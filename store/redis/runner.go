@@ -29,6 +29,8 @@ type runner interface {
 	// cluster reports whether calls go to a Redis Cluster, so that a
 	// batch is split by slot.
 	cluster() bool
+	// ping checks that Redis answers.
+	ping(ctx context.Context) error
 	close()
 }
 
@@ -54,6 +56,10 @@ type rueidisRunner struct {
 }
 
 func (r *rueidisRunner) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
+
+func (r *rueidisRunner) ping(ctx context.Context) error {
+	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
+}
 
 func (r *rueidisRunner) close() {
 	if r.owned {
@@ -211,6 +217,17 @@ type goRedisRunner struct {
 func (r *goRedisRunner) cluster() bool {
 	_, ok := r.c.(*goredis.ClusterClient)
 	return ok
+}
+
+// ping pings a client that can; a client that cannot (a go-redis
+// Scripter without Ping) counts as answering.
+func (r *goRedisRunner) ping(ctx context.Context) error {
+	if p, ok := r.c.(interface {
+		Ping(context.Context) *goredis.StatusCmd
+	}); ok {
+		return p.Ping(ctx).Err()
+	}
+	return nil
 }
 
 func (r *goRedisRunner) close() {}

@@ -442,26 +442,5 @@ func coalesced(r *rueidisRunner, maxCoalesce int) runner {
 // Ping checks that Redis answers. A store that has not yet connected
 // returns the last connection error.
 func (s *Store) Ping(ctx context.Context) error {
-	return ping(ctx, s.run)
-}
-
-func ping(ctx context.Context, run runner) error {
-	switch r := run.(type) {
-	case *connector:
-		if c := r.connected(); c != nil {
-			return ping(ctx, c)
-		}
-		return *r.err.Load()
-	case *coalescer:
-		return ping(ctx, r.rueidisRunner)
-	case *rueidisRunner:
-		return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
-	case *goRedisRunner:
-		if p, ok := r.c.(interface {
-			Ping(context.Context) *goredis.StatusCmd
-		}); ok {
-			return p.Ping(ctx).Err()
-		}
-	}
-	return nil
+	return s.run.ping(ctx)
 }
