@@ -394,7 +394,6 @@ func (c *wireConn) fail(err error, all bool) {
 			c.end(st)
 		}
 	}
-	c.cond.Broadcast()
 	c.mu.Unlock()
 	if all {
 		c.nc.Close()
@@ -502,7 +501,6 @@ func (c *wireConn) read() {
 					c.end(st)
 				}
 			}
-			c.cond.Broadcast()
 			c.mu.Unlock()
 		}
 	}
