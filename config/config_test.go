@@ -50,6 +50,12 @@ func TestInvalid(t *testing.T) {
 		{"empty.yaml", []string{
 			"empty.yaml: empty configuration: it must define at least one limiter",
 		}},
+		{"empty_cluster.yaml", []string{
+			"empty_cluster.yaml:3:14: store.redis.cluster: must list at least one address",
+		}},
+		{"empty_limiters.yaml", []string{
+			"empty_limiters.yaml:1:11: limiters: must hold at least one limiter",
+		}},
 		{"empty_rules.yaml", []string{
 			"empty_rules.yaml:3:12: limiters[0].rules: must hold at least one rule",
 		}},

@@ -250,6 +250,9 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
+// sequence returns the items of the list n: nil when n is not a list (an
+// error is recorded), and an empty, non-nil slice for an empty list, so
+// that callers can require at least one item.
 func (d *decoder) sequence(n *yaml.Node, path string) []*yaml.Node {
 	n = d.resolve(n)
 	if d.exhausted(n) {
@@ -261,6 +264,9 @@ func (d *decoder) sequence(n *yaml.Node, path string) []*yaml.Node {
 	}
 	for i, item := range n.Content {
 		d.pos[fmt.Sprintf("%s[%d]", path, i)] = item
+	}
+	if n.Content == nil {
+		return []*yaml.Node{} // an empty list, told apart from no list (nil)
 	}
 	return n.Content
 }

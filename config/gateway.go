@@ -65,11 +65,11 @@ func (d *decoder) tokenClasses(n *yaml.Node, path string) floodgate.Weights {
 
 // tokenRules checks limiters[i].token_rules against the limiter's rules.
 func (d *decoder) tokenRules(n *yaml.Node, path string, l *Limiter) {
-	if r := d.resolve(n); r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
-		d.errorf(r, path, "must name at least one rule (leave it out to record usage into every rule)")
+	names, ok := d.strs(n, path)
+	if ok && len(names) == 0 {
+		d.errorf(d.resolve(n), path, "must name at least one rule (leave it out to record usage into every rule)")
 		return
 	}
-	names, ok := d.strs(n, path)
 	if !ok {
 		return
 	}
@@ -135,7 +135,7 @@ func (d *decoder) routes(n *yaml.Node, limiters map[string]bool) []Route {
 			continue
 		}
 		items := d.sequence(v, p+".candidates")
-		if r := d.resolve(v); r.Kind == yaml.SequenceNode && len(r.Content) == 0 {
+		if items != nil && len(items) == 0 {
 			d.errorf(v, p+".candidates", "must list at least one candidate")
 			ok = false
 		}
