@@ -280,6 +280,20 @@ func StatusExpiry(p *Params, s *State, now int64) (remaining, reset, expiry int6
 	return remaining, reset, s.C
 }
 
+// TicketLifetime is how long (µs) a store must remember a refunded ticket
+// so that it is refunded at most once: as long as the window it was charged
+// in can live (Give returns nothing once that has passed). A calendar day
+// can last 25 hours and a month 31 days.
+func TicketLifetime(p *Params) int64 {
+	switch {
+	case p.Kind == FixedWindow && p.Align == AlignDay:
+		return 25 * 3600e6
+	case p.Kind == FixedWindow && p.Align == AlignMonth:
+		return 32 * 24 * 3600e6
+	}
+	return p.Window
+}
+
 // gcraDebt is how far the theoretical arrival time is ahead of now, in
 // 1/Limit µs.
 func gcraDebt(p *Params, s *State, now int64) int64 {

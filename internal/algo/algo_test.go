@@ -391,3 +391,30 @@ func TestExpiryMeansAbsent(t *testing.T) {
 		}
 	}
 }
+
+// A refunded ticket must be remembered as long as its window can last: for
+// calendar windows that is the longest day (25 h at a DST change) and the
+// longest month in any zone.
+func TestTicketLifetimeCoversTheWindow(t *testing.T) {
+	for _, zone := range []string{"UTC", "America/New_York", "Europe/Berlin", "America/Santiago", "Australia/Lord_Howe"} {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, align := range []Align{AlignDay, AlignMonth} {
+			p := Params{Kind: FixedWindow, Limit: 1, Align: align, Loc: loc}
+			life := TicketLifetime(&p)
+			for d := time.Date(2027, 1, 1, 12, 0, 0, 0, loc); d.Year() == 2027; d = d.AddDate(0, 0, 1) {
+				if start, end := WindowAt(&p, d.UnixMicro()); end-start > life {
+					t.Fatalf("%s %v window at %v lasts %v, longer than the ticket lifetime %v",
+						zone, align, d, time.Duration(end-start)*time.Microsecond, time.Duration(life)*time.Microsecond)
+				}
+			}
+		}
+	}
+	for _, k := range []Kind{FixedWindow, SlidingWindow, TokenBucket, GCRA, Concurrency} {
+		if p := (Params{Kind: k, Window: 90e6}); TicketLifetime(&p) != 90e6 {
+			t.Errorf("%v: ticket lifetime %d, want the window 90e6", k, TicketLifetime(&p))
+		}
+	}
+}

@@ -348,7 +348,7 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 		for i := range b.Ops {
 			op := &b.Ops[i]
 			p := toAlgo(&op.Params)
-			keep = max(keep, ticketLifetime(&p))
+			keep = max(keep, algo.TicketLifetime(&p))
 			if idx[i] < 0 {
 				continue // the key is gone: its window has passed
 			}
@@ -370,18 +370,6 @@ func finish(p *algo.Params, op *floodgate.Op, e *entry, now int64) {
 	rem, reset, exp := algo.StatusExpiry(p, &e.st, now)
 	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
 	e.exp = exp
-}
-
-// ticketLifetime is how long a refunded ticket must be remembered: as long
-// as the window it was charged in can live.
-func ticketLifetime(p *algo.Params) int64 {
-	switch {
-	case p.Kind == algo.FixedWindow && p.Align == algo.AlignDay:
-		return 25 * 3600e6
-	case p.Kind == algo.FixedWindow && p.Align == algo.AlignMonth:
-		return 32 * 24 * 3600e6
-	}
-	return p.Window
 }
 
 func toAlgo(p *floodgate.Params) algo.Params {

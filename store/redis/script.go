@@ -125,18 +125,6 @@ func calBounds(p *floodgate.Params, t int64) [4]int64 {
 	return [4]int64{ps, s, e, ne}
 }
 
-// ticketLifetime is how long (µs) a refunded ticket is remembered: as long
-// as the window it was charged in can live. It matches store/memory.
-func ticketLifetime(p *floodgate.Params) int64 {
-	switch {
-	case p.Algorithm == floodgate.FixedWindow && p.Align == floodgate.AlignDay:
-		return 25 * 3600e6
-	case p.Algorithm == floodgate.FixedWindow && p.Align == floodgate.AlignMonth:
-		return 32 * 24 * 3600e6
-	}
-	return p.Window.Microseconds()
-}
-
 // build fills c with the keys and arguments that run the ops at idx of b in
 // the given mode. now is the time in µs, or -1 for the server's; ref (µs) is
 // the time calendar windows are computed around. The numbers travel as one
@@ -152,7 +140,9 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 	var keep int64 // only a refund keeps a spent-ticket record
 	if mode == int(floodgate.ModeRefund) {
 		for _, i := range idx {
-			keep = max(keep, ticketLifetime(&b.Ops[i].Params))
+			p := &b.Ops[i].Params
+			ap := algo.Params{Kind: algo.Kind(p.Algorithm), Align: algo.Align(p.Align), Window: p.Window.Microseconds()}
+			keep = max(keep, algo.TicketLifetime(&ap))
 		}
 	}
 	refund := mode == int(floodgate.ModeRefund) || mode == modeCompensate
