@@ -85,6 +85,16 @@ func (c *Config) File(domain string) string {
 // read. An empty directory is a valid, empty Config. The error joins every
 // *ConfigError found, in file order.
 func LoadDir(dir string) (*Config, error) {
+	paths, err := DirFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return LoadFiles(paths...)
+}
+
+// DirFiles lists, sorted, the files LoadDir reads in dir: its regular
+// files (or links to them) named *.yaml or *.yml, not starting with a dot.
+func DirFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("envoy: reading config directory: %w", err)
@@ -107,7 +117,7 @@ func LoadDir(dir string) (*Config, error) {
 			paths = append(paths, p)
 		}
 	}
-	return LoadFiles(paths...)
+	return paths, nil
 }
 
 // LoadFiles loads the named configuration files. Two files may not

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/floodgate-go/floodgate"
@@ -48,22 +47,14 @@ func (s *Server) openEnvoy() error {
 // envoyDirSum hashes the names and contents of the files LoadDir would
 // read, so that the watcher reloads only on a real change.
 func envoyDirSum(dir string) []byte {
-	entries, err := os.ReadDir(dir)
+	paths, err := envoy.DirFiles(dir)
 	if err != nil {
 		return nil
 	}
-	var names []string
-	for _, e := range entries {
-		n := e.Name()
-		if ext := filepath.Ext(n); !strings.HasPrefix(n, ".") && (ext == ".yaml" || ext == ".yml") {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
 	h := sha256.New()
-	for _, n := range names {
-		data, _ := os.ReadFile(filepath.Join(dir, n))
-		h.Write([]byte(n))
+	for _, p := range paths {
+		data, _ := os.ReadFile(p)
+		h.Write([]byte(filepath.Base(p)))
 		h.Write([]byte{0})
 		h.Write(data)
 		h.Write([]byte{0})
