@@ -54,7 +54,7 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 			continue
 		case lf.rpu == 0:
 			// requests_per_unit 0 refuses everything: no counter needed.
-			s.zeroStatus(resp, i, lf)
+			st.zeroStatus(resp, i, lf)
 			blocked = blocked || !lf.shadow
 			continue
 		}
@@ -85,7 +85,7 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 					break
 				}
 			}
-			s.leafStatus(resp, i, lf, rd, g)
+			st.leafStatus(resp, i, lf, rd, g)
 		}
 	}
 	return nil
@@ -173,14 +173,14 @@ func fit(groups []*group, l *floodgate.Limiter, c int64, lf *leaf) *group {
 
 // leafStatus writes the status of descriptor i, whose limit lf was decided
 // in g.
-func (s *Service) leafStatus(resp response, i int, lf *leaf, rd *floodgate.RuleDecision, g *group) {
+func (st *state) leafStatus(resp response, i int, lf *leaf, rd *floodgate.RuleDecision, g *group) {
 	ds := resp.status(i)
 	resp.setLimit(i, lf)
 	switch {
 	case g.dec.Reason == floodgate.ReasonStore || rd == nil:
 		// The store did not answer: the failure policy decided.
 		ds.Code = code(g.dec.Allowed)
-		resp.setReset(i, s.alignedReset(lf))
+		resp.setReset(i, st.alignedReset(lf))
 	case rd.Allowed:
 		ds.Code = rlsv3.RateLimitResponse_OK
 		rem := rd.Remaining
@@ -199,21 +199,21 @@ func (s *Service) leafStatus(resp response, i int, lf *leaf, rd *floodgate.RuleD
 
 // zeroStatus writes the status of descriptor i, whose limit lf is 0
 // requests per unit.
-func (s *Service) zeroStatus(resp response, i int, lf *leaf) {
+func (st *state) zeroStatus(resp response, i int, lf *leaf) {
 	ds := resp.status(i)
 	ds.Code = code(lf.shadow)
 	resp.setLimit(i, lf)
-	resp.setReset(i, s.alignedReset(lf))
+	resp.setReset(i, st.alignedReset(lf))
 }
 
 // alignedReset is the time until lf's epoch-aligned window ends, or 0 when
 // lf has no window.
-func (s *Service) alignedReset(lf *leaf) time.Duration {
+func (st *state) alignedReset(lf *leaf) time.Duration {
 	w := int64(lf.window)
 	if w <= 0 {
 		return 0
 	}
-	now := s.clock.Now().UnixNano()
+	now := st.clock.Now().UnixNano()
 	return time.Duration(w - (now%w+w)%w)
 }
 

@@ -62,7 +62,7 @@ func (s *Service) override(st *state, d *domain, ov *commonv3.RateLimitDescripto
 	if len(st.overrides) >= maxOverrides {
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "more than %d distinct limit override windows", maxOverrides)
 	}
-	opts := s.opts.Limiter
+	opts := st.opts.Limiter
 	l, err := floodgate.New(limiterName(d.name)+"."+overrideRule+"-"+strconv.FormatInt(secs*mult, 10)+"s", s.store, []floodgate.Rule{{
 		Name: overrideRule, Algorithm: floodgate.FixedWindow, Align: floodgate.AlignClock,
 		Limit: 1, Window: lf.window, Key: []string{overrideRule},

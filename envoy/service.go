@@ -38,14 +38,15 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	store floodgate.Store
-	opts  Options
-	clock floodgate.Clock
 	cur   atomic.Pointer[state]
 }
 
-// state is one Config with the limiters built from it.
+// state is one Config and the Options in force, with the limiters built
+// from them.
 type state struct {
 	cfg      *Config
+	opts     Options
+	clock    floodgate.Clock               // opts.Limiter.Clock, or the system clock
 	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
 
 	mu        sync.Mutex
@@ -59,36 +60,40 @@ func New(store floodgate.Store, cfg *Config, opts *Options) (*Service, error) {
 	if store == nil {
 		return nil, fmt.Errorf("envoy: store must not be nil")
 	}
+	if opts == nil {
+		opts = &Options{}
+	}
 	s := &Service{store: store}
-	if opts != nil {
-		s.opts = *opts
-	}
-	s.clock = s.opts.Limiter.Clock
-	if s.clock == nil {
-		s.clock = floodgate.SystemClock{}
-	}
-	if err := s.Update(cfg); err != nil {
+	if err := s.Update(cfg, opts); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// Update makes cfg (nil means no domains) the Service's configuration. The
-// swap is atomic: each call to ShouldRateLimit sees either the old or the
-// new configuration. Counters live in the store, so a domain's limits keep
-// their counts across an update as long as its descriptors keep their paths.
-// On error the old configuration stays.
-func (s *Service) Update(cfg *Config) error {
+// Update makes cfg (nil means no domains) the Service's configuration, and
+// opts, when not nil, its options (a reload that changes the failure
+// policy, the breaker or the store deadline). The swap is atomic: each call
+// to ShouldRateLimit sees either the old or the new configuration. Counters
+// live in the store, so a domain's limits keep their counts across an
+// update as long as its descriptors keep their paths. On error the old
+// configuration stays.
+func (s *Service) Update(cfg *Config, opts *Options) error {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	st := &state{cfg: cfg, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
+	if opts == nil {
+		opts = &s.cur.Load().opts
+	}
+	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
+	if st.clock == nil {
+		st.clock = floodgate.SystemClock{}
+	}
 	for name, d := range cfg.domains {
 		if len(d.leaves) == 0 {
 			continue
 		}
-		opts := s.opts.Limiter
-		l, err := floodgate.New(limiterName(name), s.store, d.rules(), &opts)
+		lopts := st.opts.Limiter
+		l, err := floodgate.New(limiterName(name), s.store, d.rules(), &lopts)
 		if err != nil {
 			return fmt.Errorf("envoy: domain %q (%s): %w", name, d.file, err)
 		}
@@ -145,8 +150,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if err := s.decideDomain(ctx, st, d, req, resp); err != nil {
 			return nil, err
 		}
-	case s.opts.Lookup != nil:
-		if l := s.opts.Lookup(req.Domain); l != nil {
+	case st.opts.Lookup != nil:
+		if l := st.opts.Lookup(req.Domain); l != nil {
 			s.decideLimiter(ctx, l, req, resp)
 		}
 	}
@@ -158,7 +163,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
-	if d != nil && s.opts.Limiter.Shadow {
+	if d != nil && st.opts.Limiter.Shadow {
 		msg.OverallCode = rlsv3.RateLimitResponse_OK // global shadow mode
 	}
 	return msg, nil

@@ -380,13 +380,25 @@ func TestUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.svc.Update(other); err != nil {
+	if err := h.svc.Update(other, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The counter survives the reload; the new limit applies.
 	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 10, minute, 8, 30 * time.Second})
 	h.check(h.ask("other", 0, desc("k", "v")), ok, want{ok, 1, second, 0, time.Second})
 	h.check(h.ask("edge", 0, desc("path", "/api/a")), ok, want{code: ok})
+	if got := h.svc.Limiter("edge").FailurePolicy(); got != floodgate.FailOpen {
+		t.Fatalf("failure policy before new options: %v", got)
+	}
+	// New options (a reloaded failure policy) reach the domains' limiters;
+	// nil options kept the old ones above.
+	if err := h.svc.Update(other, &envoy.Options{Limiter: floodgate.Options{Clock: h.clock, FailurePolicy: floodgate.FailClosed}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.svc.Limiter("edge").FailurePolicy(); got != floodgate.FailClosed {
+		t.Errorf("failure policy after Update with new options: %v, want closed", got)
+	}
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 10, minute, 7, 30 * time.Second})
 }
 
 func mustParse(t *testing.T, name, yaml string) *envoy.File {

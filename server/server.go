@@ -429,7 +429,7 @@ func (s *Server) reload() error {
 		}
 		// Update changes nothing when it fails, so it goes before the
 		// limiters are swapped: a rejected reload swaps neither.
-		if err := s.envoy.Update(ecfg); err != nil {
+		if err := s.envoy.Update(ecfg, s.envoyOptions(c)); err != nil {
 			return err
 		}
 		s.Logger.Info("envoy rate limit configuration reloaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(ecfg.Domains(), ","))
