@@ -9,20 +9,32 @@ import (
 // (if any) and the field at fault.
 type ConfigError struct {
 	Limiter string
-	Rule    string // "" for limiter-level fields
-	Field   string
-	Reason  string
+	Rule    string // "" for limiter-level fields and for a rule without a name
+	// RuleIndex is the position (from 0) of the rule at fault among the
+	// rules given to New, or -1 when the error is about the limiter.
+	RuleIndex int
+	Field     string
+	Reason    string
+}
+
+// limiterError is a ConfigError about the limiter itself, not a rule.
+func limiterError(limiter, field, reason string) *ConfigError {
+	return &ConfigError{Limiter: limiter, RuleIndex: -1, Field: field, Reason: reason}
 }
 
 // Error returns, for example,
 // `floodgate: limiter "api" rule "per-user": window: must be at least 1ms, got 0s`.
 func (e *ConfigError) Error() string {
 	where := fmt.Sprintf("limiter %q", e.Limiter)
-	if e.Rule != "" {
+	field := e.Field
+	switch {
+	case e.Rule != "":
 		where += fmt.Sprintf(" rule %q", e.Rule)
+	case e.RuleIndex >= 0:
+		field = fmt.Sprintf("rules[%d].%s", e.RuleIndex, field) // the rule has no name
 	}
-	if e.Field != "" {
-		where += ": " + e.Field
+	if field != "" {
+		where += ": " + field
 	}
 	return "floodgate: " + where + ": " + e.Reason
 }

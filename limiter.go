@@ -105,25 +105,25 @@ type Limiter struct {
 // *ConfigError naming the limiter, rule and field of any misconfiguration.
 func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error) {
 	if name == "" {
-		return nil, &ConfigError{Field: "name", Reason: "must not be empty"}
+		return nil, limiterError("", "name", "must not be empty")
 	}
 	if !validName(name) {
-		return nil, &ConfigError{Limiter: name, Field: "name", Reason: "may hold only letters, digits, '.', '_' and '-'"}
+		return nil, limiterError(name, "name", "may hold only letters, digits, '.', '_' and '-'")
 	}
 	if store == nil {
-		return nil, &ConfigError{Limiter: name, Field: "store", Reason: "must not be nil"}
+		return nil, limiterError(name, "store", "must not be nil")
 	}
 	if len(rules) == 0 {
-		return nil, &ConfigError{Limiter: name, Field: "rules", Reason: "must hold at least one rule"}
+		return nil, limiterError(name, "rules", "must hold at least one rule")
 	}
 	if opts == nil {
 		opts = &Options{}
 	}
 	if opts.FailurePolicy > FailClosed {
-		return nil, &ConfigError{Limiter: name, Field: "failure_policy", Reason: "unknown policy"}
+		return nil, limiterError(name, "failure_policy", "unknown policy")
 	}
 	if opts.Timeout < 0 {
-		return nil, &ConfigError{Limiter: name, Field: "timeout", Reason: "must not be negative"}
+		return nil, limiterError(name, "timeout", "must not be negative")
 	}
 	l := &Limiter{
 		name:     name,
@@ -156,7 +156,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 			return nil, err
 		}
 		if _, dup := l.byName[r.Name]; dup {
-			return nil, &ConfigError{Limiter: name, Rule: r.Name, Field: "name", Reason: "duplicate rule name"}
+			return nil, &ConfigError{Limiter: name, Rule: r.Name, RuleIndex: i, Field: "name", Reason: "duplicate rule name"}
 		}
 		l.byName[r.Name] = c
 		l.rules = append(l.rules, c)

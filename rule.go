@@ -79,11 +79,10 @@ type compiledRule struct {
 
 func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	bad := func(field, format string, args ...any) error {
-		return &ConfigError{Limiter: limiter, Rule: r.Name, Field: field, Reason: sprintf(format, args...)}
+		return &ConfigError{Limiter: limiter, Rule: r.Name, RuleIndex: index, Field: field, Reason: sprintf(format, args...)}
 	}
 	if r.Name == "" {
-		// The rule has no name to give: name it by its place in the list.
-		return nil, bad(sprintf("rules[%d].name", index), "must not be empty")
+		return nil, bad("name", "must not be empty") // Error names it by its index
 	}
 	if !validName(r.Name) {
 		return nil, bad("name", "%q may hold only letters, digits, '.', '_' and '-'", r.Name)

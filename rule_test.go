@@ -69,7 +69,7 @@ func TestNewValidation(t *testing.T) {
 		{
 			name: "empty rule name", limiter: "api", rules: []floodgate.Rule{okRule(), {Algorithm: floodgate.GCRA, Limit: 1, Window: time.Second}},
 			want:        `floodgate: limiter "api": rules[1].name: must not be empty`,
-			wantLimiter: "api", wantField: "rules[1].name",
+			wantLimiter: "api", wantField: "name",
 		},
 		{
 			name: "bad rule name", limiter: "api", rules: with(func(r *floodgate.Rule) { r.Name = "per/user" }),
@@ -340,5 +340,35 @@ func TestParseNames(t *testing.T) {
 	}
 	if _, err := floodgate.ParseAlign("week"); err == nil {
 		t.Error("ParseAlign(week) succeeded")
+	}
+}
+
+// ConfigError.RuleIndex points at the rule at fault: a bad field, a
+// duplicate name (the later rule), an unnamed rule; -1 for the limiter.
+func TestConfigErrorRuleIndex(t *testing.T) {
+	store := memory.New(nil)
+	defer store.Close()
+	named := func(name string) floodgate.Rule { r := okRule(); r.Name = name; return r }
+	bad := named("b")
+	bad.Window = 0
+	for _, tt := range []struct {
+		name  string
+		rules []floodgate.Rule
+		opts  *floodgate.Options
+		want  int
+	}{
+		{"limiter field", []floodgate.Rule{named("a")}, &floodgate.Options{Timeout: -1}, -1},
+		{"bad field of the second rule", []floodgate.Rule{named("a"), bad}, nil, 1},
+		{"duplicate name", []floodgate.Rule{named("a"), named("b"), named("a")}, nil, 2},
+		{"unnamed rule", []floodgate.Rule{named("a"), named("")}, nil, 1},
+	} {
+		_, err := floodgate.New("api", store, tt.rules, tt.opts)
+		var ce *floodgate.ConfigError
+		if !errors.As(err, &ce) {
+			t.Fatalf("%s: error %v is not a *ConfigError", tt.name, err)
+		}
+		if ce.RuleIndex != tt.want {
+			t.Errorf("%s: RuleIndex = %d, want %d (%v)", tt.name, ce.RuleIndex, tt.want, err)
+		}
 	}
 }

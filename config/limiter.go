@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,7 +63,7 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 	// floodgate.New is the one authority on what a valid limiter is: build
 	// it on a store that holds nothing and place its complaint in the file.
 	if _, err := l.New(nopStore{}, floodgate.Options{}); err != nil {
-		d.placeConfigError(err, n, path, l, sources)
+		d.placeConfigError(err, n, path, sources)
 		return l, false
 	}
 	if v := f["token_rules"]; v != nil {
@@ -210,30 +208,15 @@ func orderedKeys(n *yaml.Node) []string {
 	return keys
 }
 
-var fieldIndex = regexp.MustCompile(`^rules\[(\d+)\]\.(.*)$`)
-
 // placeConfigError turns floodgate.New's *ConfigError into an Error at the
 // node of the field it names.
-func (d *decoder) placeConfigError(err error, n *yaml.Node, path string, l Limiter, sources []ruleSource) {
+func (d *decoder) placeConfigError(err error, n *yaml.Node, path string, sources []ruleSource) {
 	var ce *floodgate.ConfigError
 	if !errors.As(err, &ce) {
 		d.errorf(n, path, "%v", err)
 		return
 	}
-	rule, field := -1, ce.Field
-	if m := fieldIndex.FindStringSubmatch(ce.Field); m != nil && ce.Rule == "" {
-		rule, _ = strconv.Atoi(m[1])
-		field = m[2]
-	} else if ce.Rule != "" {
-		for i, r := range l.Rules {
-			if r.Name == ce.Rule {
-				rule = i
-				if !strings.Contains(ce.Reason, "duplicate") {
-					break // the first rule of that name; duplicates blame the last
-				}
-			}
-		}
-	}
+	rule, field := ce.RuleIndex, ce.Field
 	var p string
 	switch {
 	case rule >= 0 && rule < len(sources):
