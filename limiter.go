@@ -173,12 +173,20 @@ func (l *Limiter) Name() string { return l.name }
 func (l *Limiter) Rules() []Rule {
 	out := make([]Rule, len(l.rules))
 	for i, c := range l.rules {
-		out[i] = c.Rule
-		if c.Burst == 0 {
-			out[i].Burst = c.params.Burst
-		}
+		out[i] = c.withDefaults()
 	}
 	return out
+}
+
+// Rule returns a copy of the rule named name, with defaults applied, and
+// whether the limiter has it: the rule behind a Decision's Rule or a
+// RuleDecision's Name, without copying them all.
+func (l *Limiter) Rule(name string) (Rule, bool) {
+	c := l.byName[name]
+	if c == nil {
+		return Rule{}, false
+	}
+	return c.withDefaults(), true
 }
 
 // FailurePolicy returns the limiter's failure policy.

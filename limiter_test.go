@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -645,5 +646,21 @@ func TestEnumNames(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("String() = %q, want %q", tt.got, tt.want)
 		}
+	}
+}
+
+func TestRuleByName(t *testing.T) {
+	l, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.TokenBucket, Limit: 20, Window: time.Second, Key: []string{"user"}},
+	}, nil)
+	r, ok := l.Rule("per-user")
+	if !ok || r.Name != "per-user" || r.Limit != 20 || r.Burst != 20 {
+		t.Errorf("Rule(per-user) = %+v, %v; want the rule with its default burst 20", r, ok)
+	}
+	if !reflect.DeepEqual(r, l.Rules()[0]) {
+		t.Errorf("Rule(per-user) = %+v, Rules()[0] = %+v: want the same", r, l.Rules()[0])
+	}
+	if _, ok := l.Rule("nope"); ok {
+		t.Error("Rule(nope) found a rule")
 	}
 }

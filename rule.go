@@ -77,6 +77,15 @@ type compiledRule struct {
 	params Params
 }
 
+// withDefaults is the rule as given, with the defaults New applied.
+func (c *compiledRule) withDefaults() Rule {
+	r := c.Rule
+	if r.Burst == 0 {
+		r.Burst = c.params.Burst
+	}
+	return r
+}
+
 func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	bad := func(field, format string, args ...any) error {
 		return &ConfigError{Limiter: limiter, Rule: r.Name, RuleIndex: index, Field: field, Reason: sprintf(format, args...)}

@@ -229,22 +229,12 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 		groups[i] = &group{l: l, cost: cost(req, i), attrs: attrs, descs: []int{i}}
 	}
 	run(ctx, groups, false)
-	var rules []floodgate.Rule
 	for i, g := range groups {
 		d := &g.dec
 		if d.Rule == "" {
 			continue // no rule applies to these attributes: OK
 		}
-		if rules == nil {
-			rules = l.Rules()
-		}
-		var r floodgate.Rule
-		for _, x := range rules {
-			if x.Name == d.Rule {
-				r = x
-				break
-			}
-		}
+		r, _ := l.Rule(d.Rule)
 		unit, mult := unitOf(r)
 		var m uint32
 		if mult > 1 {
