@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
@@ -116,11 +117,8 @@ func (d *decoder) decode(data []byte) *Config {
 
 // resolve follows aliases and charges the node budget.
 func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 16; i++ {
-		n = n.Alias
-	}
 	d.budget--
-	return n
+	return yamlnode.Resolve(n)
 }
 
 func (d *decoder) exhausted(n *yaml.Node) bool {
@@ -134,32 +132,6 @@ func (d *decoder) exhausted(n *yaml.Node) bool {
 	return true
 }
 
-func isNull(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-func describe(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if isNull(n) {
-			return "nothing"
-		}
-		return strconv.Quote(n.Value)
-	}
-	return "something else"
-}
-
 // mapping checks that n is a mapping whose keys are all known, and returns
 // its non-null values by key. It records each value's position.
 func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string]*yaml.Node {
@@ -168,7 +140,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 		return nil
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "must be a mapping, got %s", describe(n))
+		d.errorf(n, path, "must be a mapping, got %s", yamlnode.Describe(n))
 		return nil
 	}
 	out := make(map[string]*yaml.Node, len(n.Content)/2)
@@ -176,9 +148,9 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := d.resolve(n.Content[i]), d.resolve(n.Content[i+1])
 		key := k.Value
-		p := join(path, key)
+		p := yamlnode.Join(path, key)
 		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, path, "keys must be plain names, got %s", describe(k))
+			d.errorf(k, path, "keys must be plain names, got %s", yamlnode.Describe(k))
 			continue
 		}
 		if seen[key] {
@@ -191,7 +163,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 			continue
 		}
 		d.pos[p] = v
-		if !isNull(v) {
+		if !yamlnode.IsNull(v) {
 			out[key] = v
 		}
 	}
@@ -206,7 +178,7 @@ func (d *decoder) attributes(n *yaml.Node, path string) floodgate.Attributes {
 	}
 	out := make(floodgate.Attributes, len(f))
 	for k, v := range f {
-		if s, ok := d.str(v, join(path, k)); ok {
+		if s, ok := d.str(v, yamlnode.Join(path, k)); ok {
 			out[k] = s
 		}
 	}
@@ -259,7 +231,7 @@ func (d *decoder) sequence(n *yaml.Node, path string) []*yaml.Node {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.errorf(n, path, "must be a list, got %s", describe(n))
+		d.errorf(n, path, "must be a list, got %s", yamlnode.Describe(n))
 		return nil
 	}
 	for i, item := range n.Content {
@@ -276,8 +248,8 @@ func (d *decoder) scalar(n *yaml.Node, path string) (*yaml.Node, bool) {
 	if d.exhausted(n) {
 		return n, false
 	}
-	if n.Kind != yaml.ScalarNode || isNull(n) {
-		d.errorf(n, path, "must be a single value, got %s", describe(n))
+	if n.Kind != yaml.ScalarNode || yamlnode.IsNull(n) {
+		d.errorf(n, path, "must be a single value, got %s", yamlnode.Describe(n))
 		return n, false
 	}
 	return n, true
@@ -293,7 +265,7 @@ func (d *decoder) str(n *yaml.Node, path string) (string, bool) {
 
 // strs decodes a list of strings; a single string is a list of one.
 func (d *decoder) strs(n *yaml.Node, path string) ([]string, bool) {
-	if r := d.resolve(n); r.Kind == yaml.ScalarNode && !isNull(r) {
+	if r := d.resolve(n); r.Kind == yaml.ScalarNode && !yamlnode.IsNull(r) {
 		return []string{r.Value}, true
 	}
 	items := d.sequence(n, path)
@@ -329,7 +301,7 @@ func (d *decoder) integer(n *yaml.Node, path string) (int64, bool) {
 			return int64(f), true
 		}
 	}
-	d.errorf(n, path, "must be a whole number, got %s", describe(n))
+	d.errorf(n, path, "must be a whole number, got %s", yamlnode.Describe(n))
 	return 0, false
 }
 
@@ -357,7 +329,7 @@ func (d *decoder) boolean(n *yaml.Node, path string) (bool, bool) {
 			return b, true
 		}
 	}
-	d.errorf(n, path, "must be true or false, got %s", describe(n))
+	d.errorf(n, path, "must be true or false, got %s", yamlnode.Describe(n))
 	return false, false
 }
 
@@ -370,9 +342,9 @@ func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
 		if _, e := strconv.ParseFloat(n.Value, 64); e == nil {
-			d.errorf(n, path, "must be a duration with a unit, such as 500ms, 1s, 15m or 24h, got %s", describe(n))
+			d.errorf(n, path, "must be a duration with a unit, such as 500ms, 1s, 15m or 24h, got %s", yamlnode.Describe(n))
 		} else {
-			d.errorf(n, path, "must be a duration such as 500ms, 1s, 15m or 24h, got %s", describe(n))
+			d.errorf(n, path, "must be a duration such as 500ms, 1s, 15m or 24h, got %s", yamlnode.Describe(n))
 		}
 		return 0, false
 	}

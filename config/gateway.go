@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 
+	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
@@ -41,7 +42,7 @@ func (d *decoder) tokenClasses(n *yaml.Node, path string) floodgate.Weights {
 	w := make(floodgate.Weights, len(f))
 	for _, class := range orderedKeys(d.resolve(n)) {
 		v := f[class]
-		p := join(path, class)
+		p := yamlnode.Join(path, class)
 		if v == nil {
 			d.errorf(d.at(p, n), p, "must be set to a whole weight of at least 0")
 			continue

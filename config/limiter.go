@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
@@ -224,7 +225,7 @@ func (d *decoder) placeConfigError(err error, n *yaml.Node, path string, sources
 	case field == "timeout":
 		p = path + ".deadline"
 	default:
-		p = join(path, field)
+		p = yamlnode.Join(path, field)
 	}
 	d.errorf(d.nearest(p, n), p, "%s", ce.Reason)
 }

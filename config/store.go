@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
@@ -74,7 +75,7 @@ func (d *decoder) redis(n *yaml.Node, path string) *Redis {
 	case len(modes) == 0:
 		d.errorf(n, path, "set one of url, cluster or sentinel")
 	case len(modes) > 1:
-		d.errorf(f[modes[1]], join(path, modes[1]), "set only one of url, cluster or sentinel (%s is set too)", modes[0])
+		d.errorf(f[modes[1]], yamlnode.Join(path, modes[1]), "set only one of url, cluster or sentinel (%s is set too)", modes[0])
 	}
 	if v := f["url"]; v != nil {
 		p := path + ".url"

@@ -9,6 +9,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -107,31 +108,16 @@ func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
 }
 
 func (p *parser) unknown(k *yaml.Node, path string) {
-	p.fail(k, join(path, k.Value), "unknown key")
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// deref resolves an alias to the node it names.
-func deref(n *yaml.Node) *yaml.Node {
-	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 8; i++ {
-		n = n.Alias
-	}
-	return n
+	p.fail(k, yamlnode.Join(path, k.Value), "unknown key")
 }
 
 // mapping checks that *np is a mapping without repeated keys, resolving
 // an alias in place.
 func (p *parser) mapping(np **yaml.Node, field string) bool {
-	n := deref(*np)
+	n := yamlnode.Resolve(*np)
 	*np = n
 	if n.Kind != yaml.MappingNode {
-		p.fail(n, field, "want a mapping, got %s", kindName(n))
+		p.fail(n, field, "want a mapping, got %s", yamlnode.Describe(n))
 		return false
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
@@ -144,7 +130,7 @@ func (p *parser) mapping(np **yaml.Node, field string) bool {
 			continue
 		}
 		if seen[k.Value] {
-			p.fail(k, join(field, k.Value), "repeated key")
+			p.fail(k, yamlnode.Join(field, k.Value), "repeated key")
 			ok = false
 		}
 		seen[k.Value] = true
@@ -152,25 +138,10 @@ func (p *parser) mapping(np **yaml.Node, field string) bool {
 	return ok
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		if n.Tag == "!!null" {
-			return "nothing"
-		}
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "something else"
-}
-
 func (p *parser) scalar(n *yaml.Node, field string) bool {
-	n = deref(n)
-	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		p.fail(n, field, "want a value, got %s", kindName(n))
+	n = yamlnode.Resolve(n)
+	if n.Kind != yaml.ScalarNode || yamlnode.IsNull(n) {
+		p.fail(n, field, "want a value, got %s", yamlnode.Describe(n))
 		return false
 	}
 	return true
@@ -180,14 +151,14 @@ func (p *parser) str(n *yaml.Node, field string) string {
 	if !p.scalar(n, field) {
 		return ""
 	}
-	return deref(n).Value
+	return yamlnode.Resolve(n).Value
 }
 
 func (p *parser) boolean(n *yaml.Node, field string) bool {
 	if !p.scalar(n, field) {
 		return false
 	}
-	n = deref(n)
+	n = yamlnode.Resolve(n)
 	v, err := strconv.ParseBool(n.Value)
 	if err != nil || n.Tag != "!!bool" {
 		p.fail(n, field, "want true or false, got %q", n.Value)
@@ -200,7 +171,7 @@ func (p *parser) uint(n *yaml.Node, field string, bits int) uint64 {
 	if !p.scalar(n, field) {
 		return 0
 	}
-	n = deref(n)
+	n = yamlnode.Resolve(n)
 	v, err := strconv.ParseUint(n.Value, 10, bits)
 	if err != nil {
 		p.fail(n, field, "want a whole number from 0 to %d, got %q", uint64(1)<<bits-1, n.Value)
@@ -211,12 +182,12 @@ func (p *parser) uint(n *yaml.Node, field string, bits int) uint64 {
 
 // descriptors loads a descriptor list into parent's children.
 func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath string) {
-	list = deref(list)
-	if list.Kind == yaml.ScalarNode && list.Tag == "!!null" {
+	list = yamlnode.Resolve(list)
+	if yamlnode.IsNull(list) {
 		return
 	}
 	if list.Kind != yaml.SequenceNode {
-		p.fail(list, field, "want a list, got %s", kindName(list))
+		p.fail(list, field, "want a list, got %s", yamlnode.Describe(list))
 		return
 	}
 	composite := map[string]*yaml.Node{}
@@ -270,7 +241,7 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 		if value != "" {
 			final += "_" + value
 		}
-		path := join(parentPath, final)
+		path := yamlnode.Join(parentPath, final)
 		if prev := composite[final]; prev != nil {
 			p.fail(keyNode, f, "duplicate descriptor %q (also at line %d)", path, prev.Line)
 			continue
@@ -372,9 +343,9 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
 }
 
 func (p *parser) replaces(l *leaf, v *yaml.Node, field string) {
-	v = deref(v)
+	v = yamlnode.Resolve(v)
 	if v.Kind != yaml.SequenceNode {
-		p.fail(v, field, "want a list of {name: ...}, got %s", kindName(v))
+		p.fail(v, field, "want a list of {name: ...}, got %s", yamlnode.Describe(v))
 		return
 	}
 	for i, item := range v.Content {
