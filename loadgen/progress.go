@@ -93,7 +93,7 @@ func (p *progress) line(now time.Time, final bool) {
 	p.scratch.reset()
 	rec.latency(&p.scratch)
 	s := fmt.Sprintf("%s  %s req/s  allowed %d  denied %d  errors %d  p50 %s  p99 %s",
-		label, formatCount(rate), allowed, denied, errs,
+		label, formatSig(rate), allowed, denied, errs,
 		formatDuration(p.scratch.Quantile(0.5)), formatDuration(p.scratch.Quantile(0.99)))
 	if p.tty {
 		// Rewrite the line in place, blanking what a longer one left.

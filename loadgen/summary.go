@@ -87,7 +87,7 @@ func (s Summary) Format(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "  key %q: %d %s keys\n", c.Attribute, c.Keys, c.Distribution)
 	if c.Rate > 0 {
-		fmt.Fprintf(&b, "load        open model: %s req/s offered, up to %d in flight, %v", formatCount(c.Rate), c.Concurrency, c.Duration)
+		fmt.Fprintf(&b, "load        open model: %s req/s offered, up to %d in flight, %v", formatSig(c.Rate), c.Concurrency, c.Duration)
 	} else {
 		fmt.Fprintf(&b, "load        closed model: %d workers, %v", c.Concurrency, c.Duration)
 	}
@@ -95,7 +95,7 @@ func (s Summary) Format(w io.Writer) error {
 		fmt.Fprintf(&b, " after a %v warm-up", c.Warmup)
 	}
 	b.WriteByte('\n')
-	fmt.Fprintf(&b, "requests    %d in %s = %s req/s\n", s.Requests, formatDuration(s.Elapsed), formatCount(s.Throughput))
+	fmt.Fprintf(&b, "requests    %d in %s = %s req/s\n", s.Requests, formatDuration(s.Elapsed), formatSig(s.Throughput))
 	fmt.Fprintf(&b, "decisions   allowed %d (%s)  denied %d (%s)  errors %d (%s)\n",
 		s.Allowed, percent(s.Allowed, s.Requests), s.Denied, percent(s.Denied, s.Requests),
 		s.Errors, percent(s.Errors, s.Requests))
@@ -146,9 +146,6 @@ func formatSig(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', prec, 64)
 }
-
-// formatCount formats a rate or count: whole above 100, else 3 digits.
-func formatCount(v float64) string { return formatSig(v) }
 
 // percent formats n as a percentage of total.
 func percent(n, total uint64) string {
