@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/floodgate-go/floodgate/loadgen"
+	"github.com/floodgate-go/floodgate/cmd/floodgate/internal/loadgen"
 )
 
 const loadUsage = `

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate/loadgen"
+	"github.com/floodgate-go/floodgate/cmd/floodgate/internal/loadgen"
 )
 
 // A closed-model run of 30 requests from 3 workers against a stand-in for
