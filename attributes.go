@@ -1,6 +1,8 @@
 package floodgate
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"strings"
 	"sync"
 )
@@ -49,9 +51,20 @@ var lentPool = sync.Pool{New: func() any { return make(Attributes, 8) }}
 // globalKey is the key of a rule with no key attributes.
 const globalKey = "*"
 
+// MaxKeyLen is the longest key a rule stores as derived (escaped and
+// joined). A longer key is stored as its digest (see digestKey), so a key
+// costs at most this many bytes wherever it is held (a store, the Redis
+// over-limit cache, tickets), however long the attribute values it came from:
+// they are often the client's to choose.
+const MaxKeyLen = 128
+
+// digestPrefix is how much of a long key its digest keeps readable.
+const digestPrefix = 48
+
 // keyFor returns the rule's key for attrs, or "" when the rule is skipped.
-// A single attribute value is used as is unless it needs escaping, so the
-// common case does not allocate. Composite keys join escaped values with ':'.
+// A single attribute value is used as is unless it needs escaping or is
+// longer than MaxKeyLen, so the common case does not allocate. Composite
+// keys join escaped values with ':'.
 func (c *compiledRule) keyFor(attrs Attributes) string {
 	if c.KeyFunc != nil {
 		lent := lend(attrs)
@@ -88,7 +101,7 @@ func (c *compiledRule) keyFor(attrs Attributes) string {
 		}
 		writeEscaped(&b, attrs[name])
 	}
-	return b.String()
+	return bounded(b.String())
 }
 
 // escapeKey escapes ':' and '\' (and a lone "*", the global key) so that
@@ -98,11 +111,50 @@ func escapeKey(v string) string {
 		return `\*`
 	}
 	if !needsEscape(v) {
-		return v
+		return bounded(v)
 	}
 	var b strings.Builder
 	b.Grow(len(v) + 4)
 	writeEscaped(&b, v)
+	return bounded(b.String())
+}
+
+// bounded returns the escaped key k, or its digest when k is longer than
+// MaxKeyLen.
+func bounded(k string) string {
+	if len(k) <= MaxKeyLen {
+		return k
+	}
+	return digestKey(k)
+}
+
+// digestKey returns the stored form of a long escaped key k: its first
+// digestPrefix bytes (cut before an escape pair rather than through it),
+// then `\#`, then the unpadded base64url SHA-256 of the whole of k, at most
+// 93 bytes in all. Read from its start, an escaped key is plain bytes and
+// the pairs `\\`, `\:` and `\*`; a digest holds the pair `\#` too, so it
+// never equals a key stored as derived, and two long keys share a digest
+// only if SHA-256 collides.
+func digestKey(k string) string {
+	n := 0
+	for n < digestPrefix {
+		step := 1
+		if k[n] == '\\' {
+			step = 2
+		}
+		if n+step > digestPrefix {
+			break
+		}
+		n += step
+	}
+	sum := sha256.Sum256([]byte(k))
+	var b strings.Builder
+	b.Grow(n + 2 + base64.RawURLEncoding.EncodedLen(len(sum)))
+	b.WriteString(k[:n])
+	b.WriteString(`\#`)
+	var enc [43]byte
+	base64.RawURLEncoding.Encode(enc[:], sum[:])
+	b.Write(enc[:])
 	return b.String()
 }
 

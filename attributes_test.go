@@ -130,3 +130,81 @@ func TestOverrideMatchNeedsEveryValue(t *testing.T) {
 		}
 	}
 }
+
+// TestLongKeysAreDigested checks that a key longer than MaxKeyLen is stored
+// as a digest of at most 93 bytes that keeps its start readable, that keys up
+// to MaxKeyLen are stored as derived, and that neither kind ever collides
+// with a key of another tuple, not even with a value spelling a digest.
+func TestLongKeysAreDigested(t *testing.T) {
+	rec := &keyRecorder{}
+	l, err := floodgate.New("api", rec, []floodgate.Rule{
+		{Name: "one", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"a"}},
+		{Name: "two", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second, Key: []string{"a", "b"}},
+		{Name: "func", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second,
+			KeyFunc: func(a floodgate.Attributes) string { return a["a"] }},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := func(a, b string) []string {
+		l.Allow(context.Background(), floodgate.Attributes{"a": a, "b": b})
+		return append([]string(nil), rec.keys...)
+	}
+	exact := strings.Repeat("x", floodgate.MaxKeyLen)
+	if k := keys(exact, "b"); k[0] != exact || k[2] != exact {
+		t.Errorf("a key of MaxKeyLen bytes is stored as %.100q, want it as is", k[0])
+	}
+	long := strings.Repeat("y", 30_000)
+	k := keys(long, "b")
+	for i, key := range k {
+		if len(key) > 93 {
+			t.Errorf("rule %s: a 30 KB value gives a %d-byte key", rec.scopes[i], len(key))
+		}
+	}
+	if want := strings.Repeat("y", 48) + `\#`; !strings.HasPrefix(k[0], want) {
+		t.Errorf("digest %.100q does not start with %.100q", k[0], want)
+	}
+	if k[0] != k[2] {
+		t.Errorf("a KeyFunc's long key %.100q differs from the attribute's %.100q", k[2], k[0])
+	}
+	// The cut falls before an escape pair, never through it.
+	if got := keys(strings.Repeat("a", 47)+":"+long, "b")[0]; !strings.HasPrefix(got, strings.Repeat("a", 47)+`\#`) {
+		t.Errorf("an escape pair at the cut: digest %.100q", got)
+	}
+	// A value spelling a digest is escaped, so it is not that digest.
+	if spelled := keys(k[0], "b"); spelled[0] == k[0] || spelled[2] == k[0] {
+		t.Errorf("the value %.100q has the digest's own key", k[0])
+	}
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	seen := make([]map[string][2]string, 3)
+	for i := range seen {
+		seen[i] = make(map[string][2]string)
+	}
+	for range 5_000 {
+		// Long values that differ only near their end, and values around
+		// MaxKeyLen with separators and escapes.
+		n := floodgate.MaxKeyLen - 4 + rng.IntN(8)
+		if rng.IntN(2) == 0 {
+			n = 1_000
+		}
+		b := []byte(strings.Repeat("z", n))
+		for range 3 {
+			b[n-1-rng.IntN(min(n, 8))] = `:\*z`[rng.IntN(4)]
+		}
+		tuple := [2]string{string(b), string(b[:1+rng.IntN(3)])}
+		for i, key := range keys(tuple[0], tuple[1]) {
+			if len(key) > floodgate.MaxKeyLen {
+				t.Fatalf("rule %s: %d-byte key", rec.scopes[i], len(key))
+			}
+			part := tuple
+			if i != 1 {
+				part[1] = ""
+			}
+			if prev, ok := seen[i][key]; ok && prev != part {
+				t.Fatalf("rule %s: tuples %.100q and %.100q both have key %.100q", rec.scopes[i], prev, part, key)
+			}
+			seen[i][key] = part
+		}
+	}
+}
