@@ -3,12 +3,15 @@ package floodgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
 )
 
 func TestBreakerOpensAndRecovers(t *testing.T) {
@@ -232,5 +235,79 @@ func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
 	}
 	if got := l.Breaker(); got != floodgate.BreakerClosed {
 		t.Errorf("breaker %v, want closed after the fresh probe", got)
+	}
+}
+
+// partStore fails, with a ConfinedError, every batch with a key on its lost
+// part (keys starting "lost"), as a Redis Cluster store does for the keys of
+// a master that is down, and is a healthy remote store for the rest.
+type partStore struct {
+	inner *memory.Store
+	plain atomic.Bool // fail every batch with a plain error instead
+}
+
+func (s *partStore) Apply(ctx context.Context, b *floodgate.Batch) error {
+	if s.plain.Load() {
+		return errStoreDown
+	}
+	for i := range b.Ops {
+		if strings.HasPrefix(b.Ops[i].Key, "lost") {
+			return &floodgate.ConfinedError{Part: "node-b", Err: errStoreDown}
+		}
+	}
+	return s.inner.Apply(ctx, b)
+}
+
+// TestConfinedFailuresLeaveTheBreakerClosed: failures the store confines to
+// one part are answered by the policy, but never open the limiter's
+// breaker, however many come in a row, so keys on the healthy parts stay
+// decided by the rules; a probe that meets one brings no verdict.
+func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
+	store := &partStore{inner: memory.New(&memory.Options{SweepInterval: -1})}
+	defer store.inner.Close()
+	l, clock := remoteLimiter(t, store, floodgate.Options{
+		FailurePolicy: floodgate.FailClosed,
+		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: time.Second},
+	})
+	ctx := context.Background()
+	for i := range 60 {
+		if i%4 == 3 {
+			if d := l.Allow(ctx, user(fmt.Sprint("healthy", i))); !d.Allowed || d.Reason != floodgate.ReasonNone {
+				t.Fatalf("decision %d, a key on a healthy part: %+v, want decided by the rules", i, d)
+			}
+			continue
+		}
+		d := l.Allow(ctx, user(fmt.Sprint("lost", i)))
+		var ce *floodgate.ConfinedError
+		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.As(d.Err, &ce) || ce.Part != "node-b" {
+			t.Fatalf("decision %d, a key on the lost part: Allowed=%v Reason=%v Err=%v, want the closed policy with the confined error", i, d.Allowed, d.Reason, d.Err)
+		}
+		if got := l.Breaker(); got != floodgate.BreakerClosed {
+			t.Fatalf("breaker %v after %d decisions, three in four on the lost part", got, i+1)
+		}
+	}
+
+	// Plain failures open the breaker; a probe that meets a confined
+	// failure leaves it to the next call to probe, which closes it.
+	store.plain.Store(true)
+	for range 3 {
+		l.Allow(ctx, user("healthy"))
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v after 3 plain failures, want open", got)
+	}
+	store.plain.Store(false)
+	clock.Advance(time.Second)
+	if d := l.Allow(ctx, user("lost-probe")); d.Allowed || d.Reason != floodgate.ReasonStore {
+		t.Fatalf("a probe on the lost part: %+v", d)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerOpen {
+		t.Fatalf("breaker %v after a probe met a confined failure, want open", got)
+	}
+	if d := l.Allow(ctx, user("healthy-probe")); !d.Allowed || d.Reason != floodgate.ReasonNone {
+		t.Fatalf("the next probe, on a healthy part: %+v, want decided by the rules", d)
+	}
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Fatalf("breaker %v after a successful probe, want closed", got)
 	}
 }

@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -196,7 +197,7 @@ func (l *Limiter) FailurePolicy() FailurePolicy { return l.policy }
 func (l *Limiter) Shadow() bool { return l.shadow }
 
 // Breaker returns the state of the limiter's circuit breaker.
-func (l *Limiter) Breaker() BreakerState { return l.breaker.current() }
+func (l *Limiter) Breaker() BreakerState { return BreakerState(l.breaker.State()) }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) (d Decision) {
@@ -371,7 +372,7 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 		return l.store.Apply(ctx, b)
 	}
 	now := b.Now.UnixNano()
-	if !l.breaker.allow(now) {
+	if !l.breaker.Allow(now) {
 		return ErrBreakerOpen
 	}
 	// A caller whose own deadline comes first (a gRPC call from Envoy, an
@@ -387,15 +388,21 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			l.breaker.abandon()
+			l.breaker.Abandon()
 			return err // the caller gave up: not the store's fault
 		}
-		if l.breaker.failure(l.clock.Now().UnixNano()) {
+		if ce := (*ConfinedError)(nil); errors.As(err, &ce) {
+			// The store isolates the failed part itself; the rest of it
+			// answers. A probe that met it brought no verdict.
+			l.breaker.Abandon()
+			return err
+		}
+		if l.breaker.Failure(l.clock.Now().UnixNano()) {
 			l.logger.Warn("floodgate: store circuit breaker opened", "limiter", l.name, "err", err)
 		}
 		return err
 	}
-	l.breaker.success()
+	l.breaker.Success()
 	return nil
 }
 
@@ -471,7 +478,7 @@ func (l *Limiter) failed(ctx context.Context, d *Decision, err error, now time.T
 	// A shadow limiter never denies, not even when its store fails.
 	d.Allowed = l.policy == FailOpen || l.shadow
 	if !d.Allowed {
-		d.RetryAfter = max(l.breaker.retryIn(now.UnixNano()), time.Second)
+		d.RetryAfter = max(l.breaker.RetryIn(now.UnixNano()), time.Second)
 	}
 	rs := d.Rules()
 	for i := range rs {
