@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a single
-// node or a three-master Cluster, on free loopback ports, without
-// persistence, in temporary directories, stopped when the test ends.
+// node, a Sentinel, or a three-master Cluster (with or without replicas), on
+// free loopback ports, without persistence, in temporary directories,
+// stopped when the test ends.
 //
 // A missing redis-server binary fails the test with the command that
 // installs it; tests never skip because Redis is absent.
@@ -379,13 +380,15 @@ func StartSentinel(t testing.TB, master *Server, lines ...string) *Server {
 	return nil
 }
 
-// Cluster is a Redis Cluster of three masters without replicas.
+// Cluster is a Redis Cluster of three masters, with or without replicas.
 type Cluster struct {
 	// Nodes are the masters; Nodes[i].Addr are the seed addresses.
 	Nodes []*Server
+	// Replicas[i] are the replicas of Nodes[i] (none for StartCluster).
+	Replicas [][]*Server
 }
 
-// Addrs returns the nodes' addresses.
+// Addrs returns the masters' addresses.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
@@ -394,25 +397,46 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
-// StartCluster starts three Cluster-enabled nodes, joins them with
-// redis-cli --cluster create (no replicas) and waits until every node reports
+// ClusterOptions shape a Cluster made by StartClusterWith.
+type ClusterOptions struct {
+	// Replicas is the number of replicas of each master.
+	Replicas int
+	// Args are redis-server arguments for every node. Nil runs the nodes
+	// with Redis's own defaults (a 15 s cluster-node-timeout and
+	// cluster-require-full-coverage yes among them).
+	Args []string
+}
+
+// StartCluster starts three Cluster-enabled masters without replicas, with
+// a 1 s node timeout and cluster-require-full-coverage no, joins them with
+// redis-cli --cluster create and waits until every node reports
 // cluster_state:ok. The nodes stop when t ends.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, ClusterOptions{Args: []string{
+		"--cluster-node-timeout", "1000",
+		"--cluster-require-full-coverage", "no",
+	}})
+}
+
+// StartClusterWith starts three masters with o.Replicas replicas each, all
+// run with o.Args, joins them with redis-cli --cluster create and waits until
+// every node reports cluster_state:ok and every replica is in sync with
+// its master. The nodes stop when t ends.
+func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
+	t.Helper()
 	requireBinaries(t)
-	c := &Cluster{}
-	for range 3 {
+	var all []*Server
+	for range 3 * (1 + o.Replicas) {
 		var node *Server
 		var last error
 		for range 5 {
 			port := freePort(t, true)
 			s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
-			s.extra = []string{
+			s.extra = append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
-				"--cluster-node-timeout", "1000",
-				"--cluster-require-full-coverage", "no",
-			}
+			}, o.Args...)
 			if last = s.start(); last == nil {
 				node = s
 				break
@@ -422,26 +446,92 @@ func StartCluster(t testing.TB) *Cluster {
 			t.Fatalf("redistest: cannot start cluster node: %v", last)
 		}
 		t.Cleanup(node.Kill)
-		c.Nodes = append(c.Nodes, node)
+		all = append(all, node)
 	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args := []string{"--cluster", "create"}
+	for _, n := range all {
+		args = append(args, n.Addr)
+	}
+	args = append(args, "--cluster-replicas", strconv.Itoa(o.Replicas), "--cluster-yes")
 	out, err := exec.Command("redis-cli", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, n := range c.Nodes {
-		for {
-			info, err := n.Do("CLUSTER", "INFO")
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
+	deadline := time.Now().Add(30 * time.Second)
+	wait := func(n *Server, what string, ok func() bool) {
+		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("redistest: cluster not ok after 20s: %v %s", err, info)
+				t.Fatalf("redistest: cluster node %s not %s after 30s", n.Addr, what)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	for _, n := range all {
+		wait(n, "ok", func() bool {
+			info, err := n.Do("CLUSTER", "INFO")
+			return err == nil && strings.Contains(info, "cluster_state:ok")
+		})
+	}
+	// redis-cli chooses the roles: read them back, once every node's are
+	// known (a replica shows as a master without slots until it is).
+	byAddr := map[string]*Server{}
+	for _, n := range all {
+		byAddr[n.Addr] = n
+	}
+	var c *Cluster
+	wait(all[0], "aware of every role", func() bool {
+		c = roles(all[0].MustDo("CLUSTER", "NODES"), byAddr)
+		if len(c.Nodes) != 3 {
+			return false
+		}
+		for _, reps := range c.Replicas {
+			if len(reps) != o.Replicas {
+				return false
+			}
+		}
+		return true
+	})
+	for _, reps := range c.Replicas {
+		for _, r := range reps {
+			wait(r, "in sync", func() bool {
+				info, err := r.Do("INFO", "replication")
+				return err == nil && strings.Contains(info, "master_link_status:up")
+			})
+		}
+	}
+	return c
+}
+
+// roles reads the masters (the nodes serving slots) and their replicas from
+// CLUSTER NODES output.
+func roles(nodes string, byAddr map[string]*Server) *Cluster {
+	c := &Cluster{}
+	masterOf := map[string]string{} // replica id → master id
+	addrOf := map[string]string{}   // node id → address
+	var masters []string
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		addrOf[f[0]] = addr
+		switch {
+		case strings.Contains(f[2], "master") && len(f) > 8:
+			masters = append(masters, f[0])
+		case strings.Contains(f[2], "slave"):
+			masterOf[f[0]] = f[3]
+		}
+	}
+	for _, id := range masters {
+		c.Nodes = append(c.Nodes, byAddr[addrOf[id]])
+		var reps []*Server
+		for rid, mid := range masterOf {
+			if mid == id {
+				reps = append(reps, byAddr[addrOf[rid]])
+			}
+		}
+		c.Replicas = append(c.Replicas, reps)
 	}
 	return c
 }

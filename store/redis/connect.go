@@ -107,6 +107,22 @@ func (c *connector) ping(ctx context.Context) error {
 	return *c.err.Load()
 }
 
+// slots reads the connected client's slot map.
+func (c *connector) slots(ctx context.Context) ([]slotRange, error) {
+	if r := c.connected(); r != nil {
+		return r.slots(ctx)
+	}
+	return nil, *c.err.Load()
+}
+
+// config reads the connected client's nodes' configuration.
+func (c *connector) config(ctx context.Context, name string) (map[string]string, error) {
+	if r := c.connected(); r != nil {
+		return r.config(ctx, name)
+	}
+	return nil, *c.err.Load()
+}
+
 func (c *connector) close() {
 	c.once.Do(func() { close(c.stop) })
 	<-c.done

@@ -2,6 +2,8 @@ package redis
 
 import (
 	"crypto/tls"
+
+	"github.com/floodgate-go/floodgate"
 	"log/slog"
 	"strconv"
 	"time"
@@ -112,6 +114,13 @@ type Options struct {
 	// limiter's failure policy. That includes a Redis that is down when
 	// the store is made: New then succeeds and connects in the background.
 	Fallback *Fallback
+
+	// NodeBreaker tunes the circuit breaker each master of a Cluster has
+	// in the store (see the package documentation), as
+	// floodgate.BreakerOptions tune a limiter's: 0 values mean 5 failures
+	// and a 1s cooldown. Outside Cluster the limiter's breaker alone
+	// guards the store.
+	NodeBreaker floodgate.BreakerOptions
 
 	// Logger receives compensations that could not be applied and the
 	// fallback's state changes; nil means slog.Default().

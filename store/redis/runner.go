@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -31,6 +32,11 @@ type runner interface {
 	cluster() bool
 	// ping checks that Redis answers.
 	ping(ctx context.Context) error
+	// slots reads a Cluster's slot map (CLUSTER SLOTS).
+	slots(ctx context.Context) ([]slotRange, error)
+	// config returns a configuration parameter's value on each node that
+	// lets it be read, by address.
+	config(ctx context.Context, name string) (map[string]string, error)
 	close()
 }
 
@@ -59,6 +65,52 @@ func (r *rueidisRunner) cluster() bool { return r.c.Mode() == rueidis.ClientMode
 
 func (r *rueidisRunner) ping(ctx context.Context) error {
 	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
+}
+
+func (r *rueidisRunner) slots(ctx context.Context) ([]slotRange, error) {
+	entries, err := r.c.Do(ctx, r.c.B().ClusterSlots().Build()).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]slotRange, 0, len(entries))
+	for _, e := range entries {
+		f, err := e.ToArray()
+		if err != nil || len(f) < 3 {
+			return nil, fmt.Errorf("redis: CLUSTER SLOTS: unexpected entry (%v)", err)
+		}
+		start, err1 := f[0].AsInt64()
+		end, err2 := f[1].AsInt64()
+		m, err3 := f[2].ToArray()
+		if err := errors.Join(err1, err2, err3); err != nil || len(m) < 2 {
+			return nil, fmt.Errorf("redis: CLUSTER SLOTS: unexpected entry (%v)", err)
+		}
+		host, err1 := m[0].ToString()
+		port, err2 := m[1].AsInt64()
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("redis: CLUSTER SLOTS: unexpected master (%v)", err)
+		}
+		out = append(out, slotRange{start: int(start), end: int(end), master: hostPort(host, port), replicas: len(f) - 3})
+	}
+	return out, nil
+}
+
+func (r *rueidisRunner) config(ctx context.Context, name string) (map[string]string, error) {
+	out := map[string]string{}
+	var last error
+	for addr, c := range r.c.Nodes() {
+		m, err := c.Do(ctx, c.B().ConfigGet().Parameter(name).Build()).AsStrMap()
+		if err != nil {
+			last = err
+			continue
+		}
+		if v, ok := m[name]; ok {
+			out[addr] = v
+		}
+	}
+	if len(out) == 0 && last != nil {
+		return nil, last
+	}
+	return out, nil
 }
 
 func (r *rueidisRunner) close() {
@@ -228,6 +280,60 @@ func (r *goRedisRunner) ping(ctx context.Context) error {
 		return p.Ping(ctx).Err()
 	}
 	return nil
+}
+
+func (r *goRedisRunner) slots(ctx context.Context) ([]slotRange, error) {
+	cc, ok := r.c.(*goredis.ClusterClient)
+	if !ok {
+		return nil, errors.New("redis: not a Cluster client")
+	}
+	shards, err := cc.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var out []slotRange
+	for _, sh := range shards {
+		var master string
+		for _, nd := range sh.Nodes {
+			if nd.Role == "master" {
+				host := nd.IP
+				if host == "" {
+					host = nd.Endpoint
+				}
+				master = hostPort(host, nd.Port)
+				break
+			}
+		}
+		if master == "" {
+			continue
+		}
+		for _, sl := range sh.Slots {
+			out = append(out, slotRange{start: int(sl.Start), end: int(sl.End), master: master, replicas: len(sh.Nodes) - 1})
+		}
+	}
+	return out, nil
+}
+
+func (r *goRedisRunner) config(ctx context.Context, name string) (map[string]string, error) {
+	cc, ok := r.c.(*goredis.ClusterClient)
+	if !ok {
+		return nil, errors.New("redis: not a Cluster client")
+	}
+	var mu sync.Mutex
+	out := map[string]string{}
+	err := cc.ForEachShard(ctx, func(ctx context.Context, c *goredis.Client) error {
+		m, err := c.ConfigGet(ctx, name).Result()
+		if err != nil {
+			return nil // not readable here: not checked
+		}
+		if v, ok := m[name]; ok {
+			mu.Lock()
+			out[c.Options().Addr] = v
+			mu.Unlock()
+		}
+		return nil
+	})
+	return out, err
 }
 
 func (r *goRedisRunner) close() {}

@@ -23,6 +23,7 @@ type Store struct {
 	batchTime bool
 	cache     *denyCache
 	fb        *fallback
+	nodes     *nodes // per-master breakers, in Cluster
 	logger    *slog.Logger
 }
 
@@ -85,6 +86,14 @@ func New(opts *Options) (*Store, error) {
 		default:
 			return nil, fmt.Errorf("redis: connect: %w", err)
 		}
+	}
+	if _, later := s.run.(*connector); later || s.run.cluster() {
+		s.nodes = newNodes(s.run, opts.NodeBreaker, s.logger)
+	}
+	if s.run.cluster() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.nodes.check(ctx)
+		cancel()
 	}
 	if opts.DenyCacheSize >= 0 {
 		n := opts.DenyCacheSize
@@ -152,6 +161,9 @@ func clientOption(opts *Options) (rueidis.ClientOption, error) {
 // Close releases the connections the store opened (not a client passed in
 // Options) and the fallback's memory.
 func (s *Store) Close() error {
+	if s.nodes != nil {
+		s.nodes.close()
+	}
 	s.run.close()
 	if s.fb != nil {
 		s.fb.close()
@@ -191,6 +203,11 @@ func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
 	}
 	err := s.apply(ctx, b)
 	if err != nil {
+		if ce := (*floodgate.ConfinedError)(nil); s.fb != nil && unreachable(err) && errors.As(err, &ce) {
+			// One Cluster master is down: only this decision, whose keys
+			// live there, is answered from memory.
+			return s.fb.apply(b)
+		}
 		if s.fb != nil && unreachable(err) {
 			if s.fb.down(local) {
 				s.logger.Warn("floodgate/redis: Redis unreachable; answering from per-instance memory limits", "err", err)
@@ -246,8 +263,11 @@ func retryable(ctx context.Context, err error) bool {
 
 // group is the ops of a batch that share a slot, with their script call.
 type group struct {
-	idx []int
-	c   call
+	idx     []int
+	c       call
+	slot    uint16
+	node    *node // the slot's master, in Cluster once known
+	refused bool  // by the master's open breaker: the call did not go out
 }
 
 // single is what a batch on a single node needs, in one allocation: its
@@ -314,7 +334,7 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 		}
 		if j == len(slots) {
 			slots = append(slots, sl)
-			gs = append(gs, &group{})
+			gs = append(gs, &group{slot: sl})
 		}
 		gs[j].idx = append(gs[j].idx, i)
 	}
@@ -324,21 +344,36 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 // exec builds and runs the groups' calls; calls has room for one per
 // group. A group whose script could not find the calendar window holding
 // the server's time is run again with windows computed around that time.
-// The first error is returned; groups that succeeded keep their replies.
+// In Cluster, a group whose master's breaker is open is not sent, and every
+// failure is a *floodgate.ConfinedError (see nodes). The first error is
+// returned; groups that succeeded keep their replies.
 func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
-	for i, g := range gs {
-		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
-		calls[i] = &g.c
+	local := s.localNow(b)
+	nodes := s.guard()
+	if nodes != nil {
+		nodes.due()
 	}
-	s.run.run(ctx, calls)
+	run := calls[:0]
+	for _, g := range gs {
+		if nodes != nil && !nodes.allow(g, local) {
+			g.refused = true
+			continue
+		}
+		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
+		run = append(run, &g.c)
+	}
+	if len(run) > 0 {
+		s.run.run(ctx, run)
+	}
 	var again []*call
-	for i, g := range gs {
+	for _, g := range gs {
 		switch {
+		case g.refused:
 		case g.c.err == nil && len(g.c.reply) >= 2 && g.c.reply[0] == -1:
 			s.build(&g.c, b, g.idx, mode, now, g.c.reply[1], stamps)
-			again = append(again, calls[i])
+			again = append(again, &g.c)
 		case mode != modeCompensate && retryable(ctx, g.c.err):
-			again = append(again, calls[i])
+			again = append(again, &g.c)
 		}
 	}
 	if len(again) > 0 {
@@ -351,11 +386,25 @@ func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, calls
 			err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
 			g.c.err = err
 		}
+		if nodes != nil && !g.refused {
+			nodes.record(ctx, g, local)
+		}
 		if err != nil && first == nil {
 			first = err
+			if nodes != nil {
+				first = confine(g, err)
+			}
 		}
 	}
 	return first
+}
+
+// guard returns the per-master breakers when the store talks to a Cluster.
+func (s *Store) guard() *nodes {
+	if s.nodes != nil && s.run.cluster() {
+		return s.nodes
+	}
+	return nil
 }
 
 // results copies a group's reply into its ops. With statusOnly, only the
