@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
@@ -332,4 +333,52 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 	}
 	st.Close()
 	waitGoroutines(t, before)
+}
+
+// TestClusterNodeKilledWithFallback kills one master of a Cluster under a
+// store with a memory fallback: decisions on the lost master's keys are
+// answered from memory, and only those; the other keys stay counted on
+// Redis, so the fallback never turns on for the whole store.
+func TestClusterNodeKilledWithFallback(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	store, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Fallback: &redis.Fallback{Instances: 1},
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lim, err := floodgate.New("fb", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}},
+		&floodgate.Options{Timeout: 500 * time.Millisecond, FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := cl.Nodes[0]
+	owner := slotOwners(t, cl.Nodes[1])
+	users := make([]string, 40)
+	onVictim := make([]bool, len(users))
+	ctx := context.Background()
+	for i := range users {
+		users[i] = fmt.Sprint("user", i)
+		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{fb/r:"+users[i]+"}:f"))
+		onVictim[i] = owner[slot] == victim.Addr
+		if d := lim.Allow(ctx, floodgate.Attributes{"user": users[i]}); !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("before the kill: %+v", d)
+		}
+	}
+	victim.Kill()
+	for round := range 3 {
+		for i, u := range users {
+			d := lim.Allow(ctx, floodgate.Attributes{"user": u})
+			// On Redis the key has the decision before the kill counted;
+			// in memory it starts afresh.
+			want := int64(1 - round)
+			if onVictim[i] {
+				want = int64(2 - round)
+			}
+			if d.Reason == floodgate.ReasonStore || !d.Allowed && round < 2 || d.Remaining != max(want, 0) {
+				t.Fatalf("round %d, %s (on the killed master: %v): allowed=%v reason=%v remaining=%d err=%v, want remaining %d",
+					round, u, onVictim[i], d.Allowed, d.Reason, d.Remaining, d.Err, max(want, 0))
+			}
+		}
+	}
 }
