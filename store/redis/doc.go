@@ -103,4 +103,13 @@
 // store whose limits are divided by the expected number of instances; the
 // store probes Redis again after Fallback.Retry. Limiters then see no
 // errors, so their breakers stay closed while the fallback answers.
+//
+// In Cluster, failure isolation follows the topology: each master has a
+// circuit breaker in the store (Options.NodeBreaker), and a failure is
+// returned as a *floodgate.ConfinedError, which the limiter's own breaker
+// does not count. A lost master costs only the decisions on its keys, which
+// follow the failure policy (or, with a fallback, are answered from memory)
+// until it or its promoted replica answers again. New warns when a master
+// has no replica or a node has cluster-require-full-coverage yes, which
+// makes every node refuse every key once a master is marked failed.
 package redis
