@@ -348,9 +348,10 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 // failure is a *floodgate.ConfinedError (see nodes). The first error is
 // returned; groups that succeeded keep their replies.
 func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
-	local := s.localNow(b)
+	var local int64 // the breakers' clock
 	nodes := s.guard()
 	if nodes != nil {
+		local = s.localNow(b)
 		nodes.due()
 	}
 	run := calls[:0]
