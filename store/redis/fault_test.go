@@ -336,17 +336,23 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 }
 
 // TestClusterNodeKilledWithFallback kills one master of a Cluster under a
-// store with a memory fallback: decisions on the lost master's keys are
+// store with a memory fallback (and checks the start-up warning about
+// masters without replicas): decisions on the lost master's keys are
 // answered from memory, and only those; the other keys stay counted on
 // Redis, so the fallback never turns on for the whole store.
 func TestClusterNodeKilledWithFallback(t *testing.T) {
 	cl := redistest.StartCluster(t)
+	var logs lockedBuffer
 	store, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Fallback: &redis.Fallback{Instances: 1},
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	// The Cluster has no replicas, and full coverage off.
+	if log := logs.String(); !strings.Contains(log, "masters without replicas") || strings.Contains(log, "cluster-require-full-coverage") {
+		t.Errorf("start-up warnings, want one about masters without replicas only:\n%s", log)
+	}
 	lim, err := floodgate.New("fb", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}},
 		&floodgate.Options{Timeout: 500 * time.Millisecond, FailurePolicy: floodgate.FailClosed})
 	if err != nil {
