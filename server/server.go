@@ -410,7 +410,7 @@ func (s *Server) reload() error {
 	c := s.limiters.Load().config
 	if s.ConfigPath != "" {
 		var err error
-		if c, err = config.Load(s.ConfigPath); err != nil {
+		if c, err = config.LoadWith(s.ConfigPath, config.Options{EnvoyDomains: s.EnvoyConfigDir != ""}); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(c.Store, s.Config.Store) {
