@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
 	"github.com/floodgate-go/floodgate/envoy"
 	"github.com/floodgate-go/floodgate/server"
@@ -157,7 +156,12 @@ func readReference(getenv func(string) string, logOut io.Writer) (*reference, er
 // domains are the Envoy files).
 func (e *env) redis(logger *slog.Logger) (*redis.Options, *config.Config) {
 	o := &redis.Options{Logger: logger, KeyPrefix: e.getenv("CACHE_KEY_PREFIX")}
-	c := &config.Redis{Deadline: floodgate.DefaultTimeout, KeyPrefix: o.KeyPrefix}
+	// REDIS_TIMEOUT bounds connecting and each call, as in the reference.
+	o.DialTimeout = e.duration("REDIS_TIMEOUT")
+	c := &config.Redis{Deadline: o.DialTimeout, KeyPrefix: o.KeyPrefix}
+	if e.getenv("FLOODGATE_STORE_DEADLINE") != "" {
+		c.Deadline = e.duration("FLOODGATE_STORE_DEADLINE")
+	}
 	url := e.str("REDIS_URL")
 	switch kind := strings.ToUpper(e.str("REDIS_TYPE")); kind {
 	case "SINGLE":
@@ -198,7 +202,6 @@ func (e *env) redis(logger *slog.Logger) (*redis.Options, *config.Config) {
 		c.DenyCacheSize = o.DenyCacheSize
 	}
 	o.MaxFlushDelay = e.duration("REDIS_PIPELINE_WINDOW")
-	o.DialTimeout = e.duration("REDIS_TIMEOUT")
 	if e.boolean("REDIS_TLS") {
 		o.TLS = e.redisTLS()
 	}
@@ -300,7 +303,7 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 		extra = append(extra, hs)
 		go hs.Serve(ln)
-		logger.Info("listening", "listener", name, "addr", ln.Addr().String())
+		logger.Info(name+" listener", "addr", ln.Addr().String())
 		return nil
 	}
 	defer func() {

@@ -112,7 +112,7 @@ var referenceEnv = []envVar{
 	{"REDIS_PIPELINE_LIMIT", "0", ignored, "deprecated in the reference; the client pipelines automatically"},
 	{"REDIS_CLUSTER_PIPELINE_PARALLELISM", "1", ignored, "the client sends to every Cluster node in parallel"},
 	{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "false", ignored, "GET /readyz reports whether Redis answers"},
-	{"REDIS_TIMEOUT", "10s", mapped, "the connect timeout; each decision's store deadline stays floodgate's (50ms), after which the failure policy (open) decides"},
+	{"REDIS_TIMEOUT", "10s", honoured, "bounds connecting and each store call (a decision then fails open), unless FLOODGATE_STORE_DEADLINE is set"},
 	{"REDIS_POOL_ON_EMPTY_BEHAVIOR", "WAIT", ignored, "there is no pool"},
 	{"REDIS_STARTUP_INITIAL_INTERVAL", "1s", ignored, "floodgate does not wait for Redis at startup: it fails, and the orchestrator restarts it"},
 	{"REDIS_STARTUP_MAX_INTERVAL", "30s", ignored, "see REDIS_STARTUP_INITIAL_INTERVAL"},
@@ -153,6 +153,7 @@ var referenceEnv = []envVar{
 	{"TRACING_SAMPLING_RATE", "1", ignored, "see TRACING_ENABLED"},
 
 	// floodgate's own.
+	{"FLOODGATE_STORE_DEADLINE", "", honoured, "floodgate only: how long a decision waits for Redis before the failure policy (open) decides; default REDIS_TIMEOUT"},
 	{"FLOODGATE_IETF_HEADERS", "false", honoured, "floodgate only: add the IETF RateLimit and RateLimit-Policy pair to the answers"},
 	{"FLOODGATE_ADMIN_TOKEN", "", honoured, "floodgate only: bearer token of the admin endpoints"},
 	{"FLOODGATE_TICKET_SECRET", "", honoured, "floodgate only: secret of refund tickets (floodgate's /v1 API)"},
