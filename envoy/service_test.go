@@ -288,6 +288,9 @@ func TestHitsAddend(t *testing.T) {
 	h.check(h.ask("edge", 2, withHits(ip(), 0)), ok, want{ok, 3, minute, 2, 30 * time.Second})
 	h.check(h.ask("edge", 2, ip()), ok, want{ok, 3, minute, 0, 30 * time.Second})
 	// A check at the limit says whether one more would pass: it would not.
+	// The reference says OK here; floodgate differs on purpose: its
+	// counters never pass the limit, so the reference's rule would let
+	// every check pass (docs/envoy.md, "Cost").
 	h.check(h.ask("edge", 0, withHits(ip(), 0)), over, want{over, 3, minute, 0, 30 * time.Second})
 	// A cost the window can never hold is over the limit and counts nothing.
 	h.check(h.ask("edge", 0, withHits(desc("remote_address", "10.0.0.2"), 4)), over, want{over, 3, minute, 0, 30 * time.Second})

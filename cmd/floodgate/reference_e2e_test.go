@@ -500,3 +500,54 @@ func TestReferenceEnvDocumented(t *testing.T) {
 		t.Error("knownEnvVar is wrong about REDIS_URLS or GOMAXPROCS")
 	}
 }
+
+// RUNTIME_WATCH_ROOT: a deployment that swaps the runtime root, a
+// symbolic link, to a new version is reloaded.
+func TestReferenceRuntimeRootSwap(t *testing.T) {
+	srv := redistest.Start(t)
+	base := t.TempDir()
+	for _, v := range []struct{ dir, limit string }{{"v1", "5"}, {"v2", "7"}} {
+		dir := filepath.Join(base, v.dir, "ratelimit", "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, "swap.yaml"), "domain: swap\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: "+v.limit+"}\n")
+	}
+	root := filepath.Join(base, "current")
+	if err := os.Symlink(filepath.Join(base, "v1"), root); err != nil {
+		t.Fatal(err)
+	}
+	env := referenceEnvFor(root, srv.Addr)
+	s := startReference(t, env)
+	r := newRefTarget(t, s.grpc, s.http, root, false)
+	limit := func() uint32 { return r.ask("swap", []string{"k", "v"}).Statuses[0].CurrentLimit.GetRequestsPerUnit() }
+	if got := limit(); got != 5 {
+		t.Fatalf("limit %d before the swap, want 5", got)
+	}
+	// Swap the link atomically, as deployments do.
+	tmp := filepath.Join(base, "next")
+	if err := os.Symlink(filepath.Join(base, "v2"), tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the swapped root's limit", func() bool { return limit() == 7 })
+}
+
+// A configuration that names only the store is valid with Envoy domains,
+// for floodgate validate as for serve (TestReferenceCases).
+func TestValidateStoreOnly(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "floodgate.yaml")
+	write(t, path, "store:\n  memory: {max_keys: 1000}\n")
+	envoyDir := filepath.Join(refRuntime(t), "ratelimit", "config")
+	out, err := exec.Command(binary, "validate", "--envoy-config-dir", envoyDir, path).CombinedOutput()
+	if exitCode(err) != 0 || !strings.Contains(string(out), path+": ok (0 limiters, memory store)") {
+		t.Errorf("validate a store-only config with Envoy domains: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "validate", path).CombinedOutput()
+	if exitCode(err) != 1 || !strings.Contains(string(out), "limiters: must hold at least one limiter") {
+		t.Errorf("validate a store-only config alone: %v\n%s", err, out)
+	}
+}
