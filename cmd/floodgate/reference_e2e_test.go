@@ -421,6 +421,10 @@ func TestReferenceEndpointsE2E(t *testing.T) {
 	env := referenceEnvFor(root, srv.Addr)
 	env["LIMIT_RESPONSE_HEADERS_ENABLED"] = "true"
 	env["LIMIT_REMAINING_HEADER"] = "X-Left"
+	env["USE_PROMETHEUS"] = "true"
+	promHost, promPort := freeAddr(t)
+	env["PROMETHEUS_ADDR"] = net.JoinHostPort(promHost, promPort)
+	env["PROMETHEUS_PATH"] = "/prom"
 	s := startReference(t, env)
 	get := func(url string) (int, string) {
 		t.Helper()
@@ -437,6 +441,9 @@ func TestReferenceEndpointsE2E(t *testing.T) {
 	}
 	if code, body := get(s.debug + "/rlconfig"); code != 200 || !strings.Contains(body, "basic.key1: unit=SECOND requests_per_unit=50, shadow_mode: false, quota_mode: false\n") {
 		t.Errorf("/rlconfig: %d\n%s", code, body)
+	}
+	if code, body := get("http://" + env["PROMETHEUS_ADDR"] + "/prom"); code != 200 || !strings.Contains(body, "floodgate_") {
+		t.Errorf("PROMETHEUS_ADDR/PROMETHEUS_PATH: %d\n%.300s", code, body)
 	}
 	body := `{"domain": "basic", "descriptors": [{"entries": [{"key": "one_per_minute", "value": "x"}]}]}`
 	for i, want := range []int{200, 429} {
@@ -465,8 +472,18 @@ func TestReferenceEndpointsE2E(t *testing.T) {
 	}
 }
 
-// A setting floodgate cannot honour stops the start with a reason.
+// A setting floodgate cannot honour stops the start with a reason; without
+// the reference's environment, no arguments is still a usage error.
 func TestReferenceEnvironmentRefused(t *testing.T) {
+	out, err := exec.Command(binary, "ratelimit", "--help").CombinedOutput()
+	if exitCode(err) != 0 || !strings.HasPrefix(string(out), "Usage: floodgate ratelimit") {
+		t.Errorf("ratelimit --help: %v\n%s", err, out)
+	}
+	bare := exec.Command(binary)
+	bare.Env = []string{"HOST=laptop", "PORT=3000"}
+	if out, err := bare.CombinedOutput(); exitCode(err) != exitUsage || !strings.Contains(string(out), "Usage:") {
+		t.Errorf("no arguments, no reference environment: %v\n%s", err, out)
+	}
 	for _, kv := range [][2]string{{"BACKEND_TYPE", "memcache"}, {"CONFIG_TYPE", "GRPC_XDS_SOTW"}, {"GRPC_UDS", "/tmp/rl.sock"}, {"REDIS_TYPE", "RING"}} {
 		cmd := exec.Command(binary)
 		cmd.Env = []string{"REDIS_URL=127.0.0.1:1", "REDIS_SOCKET_TYPE=tcp", kv[0] + "=" + kv[1]}
