@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/testcert"
 )
 
 // The cases of the reference service's integration test
@@ -566,5 +567,28 @@ func TestValidateStoreOnly(t *testing.T) {
 	out, err = exec.Command(binary, "validate", path).CombinedOutput()
 	if exitCode(err) != 1 || !strings.Contains(string(out), "limiters: must hold at least one limiter") {
 		t.Errorf("validate a store-only config alone: %v\n%s", err, out)
+	}
+}
+
+// REDIS_TLS and REDIS_TLS_CACERT: Redis over TLS, and
+// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION for a certificate whose name is
+// not the one dialled.
+func TestReferenceRedisTLS(t *testing.T) {
+	certFile, keyFile, _ := testcert.SelfSigned(t, t.TempDir()) // for 127.0.0.1
+	_, tlsPort := freeAddr(t)
+	srv := redistest.Start(t, "--tls-port", tlsPort, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no")
+	for _, tc := range []struct{ host, skip string }{{"127.0.0.1", "false"}, {"localhost", "true"}} {
+		t.Run(tc.host, func(t *testing.T) {
+			root := refRuntime(t)
+			env := referenceEnvFor(root, net.JoinHostPort(tc.host, tlsPort))
+			env["REDIS_TLS"], env["REDIS_TLS_CACERT"], env["REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"] = "true", certFile, tc.skip
+			s := startReference(t, env)
+			r := newRefTarget(t, s.grpc, s.http, root, false)
+			r.expect("over TLS", r.ask("basic", []string{"key1", tc.host}), ok, refStatus{ok, 50, second, 49})
+		})
+	}
+	if n := srv.MustDo("DBSIZE"); n == "0" {
+		t.Error("nothing was written to the Redis behind TLS")
 	}
 }
