@@ -592,3 +592,28 @@ func TestReferenceRedisTLS(t *testing.T) {
 		t.Error("nothing was written to the Redis behind TLS")
 	}
 }
+
+// REDIS_TYPE=CLUSTER and REDIS_TYPE=SENTINEL, as the reference's
+// TestBasicAuthConfigWithRedisCluster and ...WithRedisSentinel run them.
+func TestReferenceRedisTopologies(t *testing.T) {
+	t.Run("cluster", func(t *testing.T) {
+		c := redistest.StartCluster(t)
+		root := refRuntime(t)
+		env := referenceEnvFor(root, strings.Join(c.Addrs(), ","))
+		env["REDIS_TYPE"] = "CLUSTER"
+		s := startReference(t, env)
+		newRefTarget(t, s.grpc, s.http, root, false).all()
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		master := redistest.Start(t)
+		sentinel := redistest.StartSentinel(t, master)
+		root := refRuntime(t)
+		env := referenceEnvFor(root, "mymaster,"+sentinel.Addr)
+		env["REDIS_TYPE"] = "SENTINEL"
+		s := startReference(t, env)
+		newRefTarget(t, s.grpc, s.http, root, false).all()
+		if n := master.MustDo("DBSIZE"); n == "0" {
+			t.Error("nothing was written to the master the sentinel names")
+		}
+	})
+}
