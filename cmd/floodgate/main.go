@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	_ "time/tzdata" // calendar windows in any time zone, on any machine
 )
@@ -19,11 +18,7 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	m := NewMain()
-	args := os.Args[1:]
-	if filepath.Base(os.Args[0]) == "ratelimit" { // installed as the reference's /bin/ratelimit
-		args = append([]string{"ratelimit"}, args...)
-	}
-	return m.Run(context.Background(), args)
+	return m.Run(context.Background(), referenceArgs(os.Args[0], os.Args[1:]))
 }
 
 // sampleConfig is the configuration served when no --config is given and

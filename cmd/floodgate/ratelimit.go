@@ -58,6 +58,21 @@ func referenceMode(getenv func(string) string) bool {
 	return false
 }
 
+// referenceArgs turns the reference service's command lines into floodgate
+// ratelimit: floodgate installed as /bin/ratelimit (argv0), or given
+// /bin/ratelimit as its first argument (a manifest's command after
+// floodgate's entrypoint, as in the reference's docker-compose example).
+// The reference ignores its arguments; so does this mode's detection.
+func referenceArgs(argv0 string, args []string) []string {
+	switch {
+	case filepath.Base(argv0) == "ratelimit":
+		return []string{"ratelimit"}
+	case len(args) > 0 && strings.HasSuffix(args[0], "/ratelimit"):
+		return []string{"ratelimit"}
+	}
+	return args
+}
+
 // reference is what the environment asks for.
 type reference struct {
 	logger    *slog.Logger

@@ -92,3 +92,21 @@ func TestReferenceModeDetection(t *testing.T) {
 		t.Error("REDIS_URL does not start the reference mode")
 	}
 }
+
+func TestReferenceArgs(t *testing.T) {
+	for _, tc := range []struct {
+		argv0 string
+		args  []string
+		want  string
+	}{
+		{"/bin/ratelimit", nil, "ratelimit"},
+		{"/bin/ratelimit", []string{"-whatever"}, "ratelimit"},
+		{"/usr/local/bin/floodgate", []string{"/bin/ratelimit"}, "ratelimit"},
+		{"floodgate", []string{"serve", "--grpc", ":8081"}, "serve --grpc :8081"},
+		{"floodgate", nil, ""},
+	} {
+		if got := strings.Join(referenceArgs(tc.argv0, tc.args), " "); got != tc.want {
+			t.Errorf("referenceArgs(%q, %q) = %q, want %q", tc.argv0, tc.args, got, tc.want)
+		}
+	}
+}

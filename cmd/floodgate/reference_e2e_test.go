@@ -285,10 +285,10 @@ func freeAddr(t *testing.T) (host, port string) {
 	return host, port
 }
 
-// startReference runs the floodgate binary with no arguments and an
+// startReference runs the floodgate binary with args (usually none) and an
 // environment of exactly env plus the listeners' host and ports, and
 // waits until it listens.
-func startReference(t *testing.T, env map[string]string) *refService {
+func startReference(t *testing.T, env map[string]string, args ...string) *refService {
 	t.Helper()
 	for _, name := range []string{"PORT", "GRPC_PORT", "DEBUG_PORT"} {
 		var host string
@@ -302,7 +302,7 @@ func startReference(t *testing.T, env map[string]string) *refService {
 		}
 		list = append(list, k+"="+v)
 	}
-	cmd := exec.Command(binary)
+	cmd := exec.Command(binary, args...)
 	cmd.Env = list
 	cmd.Dir = t.TempDir()
 	stderr, err := cmd.StderrPipe()
@@ -426,7 +426,9 @@ func TestReferenceEndpointsE2E(t *testing.T) {
 	promHost, promPort := freeAddr(t)
 	env["PROMETHEUS_ADDR"] = net.JoinHostPort(promHost, promPort)
 	env["PROMETHEUS_PATH"] = "/prom"
-	s := startReference(t, env)
+	// The command of the reference's docker-compose example, given to
+	// floodgate's entrypoint.
+	s := startReference(t, env, "/bin/ratelimit")
 	get := func(url string) (int, string) {
 		t.Helper()
 		resp, err := http.Get(url)
