@@ -195,6 +195,7 @@ func (r *refTarget) basic() {
 	}
 
 	// duration_until_reset counts down, in whole seconds.
+	awayFromMinuteEdge() // and so from a day's edge
 	first := r.ask("another", []string{r.key("key4"), "durTest"}).Statuses[0].DurationUntilReset.GetSeconds()
 	time.Sleep(1100 * time.Millisecond)
 	if second := r.ask("another", []string{r.key("key4"), "durTest"}).Statuses[0].DurationUntilReset.GetSeconds(); second >= first {
