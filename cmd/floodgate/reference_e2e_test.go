@@ -388,6 +388,8 @@ func TestReferenceEnvironment(t *testing.T) {
 		{name: "stop increment when over limit", extra: map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}},
 		{name: "per-second Redis, ignored", extra: map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "127.0.0.1:1"}},
 		{name: "auth", pass: "password123", extra: map[string]string{"REDIS_AUTH": "password123"}},
+		{name: "auth with a user", pass: "password123", extra: map[string]string{"REDIS_AUTH": "default:password123"}},
+		{name: "without watching the root", extra: map[string]string{"RUNTIME_WATCH_ROOT": "false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var srv *redistest.Server
