@@ -55,6 +55,10 @@ func TestRedisOverLimitCacheKeepsOtherStatuses(t *testing.T) {
 			h.check(h.ask("another", 0, desc("shadow", "s"), desc("key2", "w")), ok,
 				want{ok, 1, minute, 0, minuteLeft}, want{ok, 20, minute, uint32(19 - i), minuteLeft})
 		}
+		// Next to a descriptor the cache knows to be over, the exceeded
+		// shadow limit still reports nothing left.
+		h.check(h.ask("another", 0, desc("shadow", "s"), desc("key3", "v")), over,
+			want{ok, 1, minute, 0, minuteLeft}, want{over, 10, hour, 0, hourLeft})
 		if t.Failed() {
 			t.Fatalf("deny cache size %d: see above", cache)
 		}
