@@ -15,8 +15,6 @@ package config
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"sort"
 	"time"
 
@@ -161,26 +159,18 @@ func (l *Limiter) New(store floodgate.Store, opts floodgate.Options) (*floodgate
 
 // Load reads and validates the configuration file at path. Errors are an
 // ErrorList whose entries name path, line, column and field.
-func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return Parse(path, data)
-}
+func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
 
 // Parse decodes and validates a configuration held in data. name is used in
 // error messages (usually the file name).
-func Parse(name string, data []byte) (*Config, error) {
+func Parse(name string, data []byte) (*Config, error) { return ParseWith(name, data, Options{}) }
+
+// ParseWith is Parse with options.
+func ParseWith(name string, data []byte, o Options) (*Config, error) {
 	if len(data) > MaxFileSize {
 		return nil, fmt.Errorf("%s: %d bytes, larger than the %d bytes allowed", name, len(data), MaxFileSize)
 	}
-	d := &decoder{file: name, budget: maxNodes}
+	d := &decoder{file: name, budget: maxNodes, opts: o}
 	c := d.decode(data)
 	if len(d.errs) > 0 {
 		// Sections are decoded in dependency order (routes after

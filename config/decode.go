@@ -25,6 +25,7 @@ const maxNodes = 200_000
 // absent or null keeps its default.
 type decoder struct {
 	file   string
+	opts   Options
 	errs   ErrorList
 	budget int
 	// pos maps a field path ("limiters[0].rules[1].window") to the node of
@@ -75,14 +76,17 @@ func (d *decoder) decode(data []byte) *Config {
 	if n := f["breaker"]; n != nil {
 		d.breaker(n, "breaker", &c.Breaker)
 	}
-	n := f["limiters"]
-	if n == nil {
+	// Limiters are required, unless Envoy domains are served too.
+	var items []*yaml.Node
+	switch n := f["limiters"]; {
+	case n != nil:
+		items = d.sequence(n, "limiters")
+		if items != nil && len(items) == 0 && !d.opts.EnvoyDomains {
+			d.errorf(n, "limiters", "must hold at least one limiter")
+		}
+	case !d.opts.EnvoyDomains:
 		d.errorf(root, "limiters", "must hold at least one limiter")
 		return c
-	}
-	items := d.sequence(n, "limiters")
-	if items != nil && len(items) == 0 {
-		d.errorf(n, "limiters", "must hold at least one limiter")
 	}
 	seen := make(map[string]*yaml.Node)
 	named := make(map[string]bool) // every limiter name written, valid or not

@@ -172,7 +172,7 @@ func NewConfig(files ...*File) (*Config, error) {
 // and the descriptors nested under it.
 type node struct {
 	exact    map[entry]*node  // children with a key and a value
-	wild     []wildChild      // children whose value ends in '*', in file order
+	wild     []wildChild      // children whose value holds '*', in file order
 	anyValue map[string]*node // children with a key and no value
 	limit    *leaf            // the node's rate_limit, if any
 	share    bool             // share_threshold: wildcard matches share one counter
@@ -182,8 +182,27 @@ type node struct {
 type entry struct{ key, value string }
 
 type wildChild struct {
-	key, prefix string
-	n           *node
+	key, pattern string
+	parts        []string // pattern split at each '*'
+	n            *node
+}
+
+// matches says whether value matches the pattern, each '*' standing for
+// any run of bytes, the empty one included.
+func (w *wildChild) matches(value string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }
 
 func (n *node) hasChildren() bool {
@@ -282,7 +301,7 @@ func sortedChildren(n *node) []*node {
 		all = append(all, kv{"1" + e.key + "\x00" + e.value, c})
 	}
 	for _, w := range n.wild {
-		all = append(all, kv{"2" + w.key + "\x00" + w.prefix, w.n})
+		all = append(all, kv{"2" + w.key + "\x00" + w.pattern, w.n})
 	}
 	for k, c := range n.anyValue {
 		all = append(all, kv{"3" + k, c})

@@ -76,7 +76,7 @@ func TestConfigErrors(t *testing.T) {
 		"no_domain.yaml":            "testdata/invalid/no_domain.yaml:1:1: domain: missing: every file configures one domain",
 		"duplicate_descriptor.yaml": `testdata/invalid/duplicate_descriptor.yaml:5:10: descriptors[1]: duplicate descriptor "a_b" (also at line 3)`,
 		"replaces_self.yaml":        `testdata/invalid/replaces_self.yaml:5:13: descriptors[0].rate_limit.replaces: must not name the limit itself ("x")`,
-		"share_no_wildcard.yaml":    "testdata/invalid/share_no_wildcard.yaml:5:5: descriptors[0].share_threshold: applies only to wildcard values (ending in '*')",
+		"share_no_wildcard.yaml":    "testdata/invalid/share_no_wildcard.yaml:5:5: descriptors[0].share_threshold: applies only to wildcard values (holding '*')",
 		"bad_algorithm.yaml":        `testdata/invalid/bad_algorithm.yaml:7:30: descriptors[0].rate_limit.floodgate.algorithm: unknown algorithm "leaky_bucket": want fixed_window, sliding_window, token_bucket or gcra`,
 		"burst_fixed_window.yaml":   "testdata/invalid/burst_fixed_window.yaml:7:26: descriptors[0].rate_limit.floodgate.burst: applies to token_bucket and gcra only, not fixed_window",
 		"negative_limit.yaml":       `testdata/invalid/negative_limit.yaml:6:26: descriptors[0].rate_limit.requests_per_unit: want a whole number from 0 to 4294967295, got "-1"`,

@@ -13,6 +13,11 @@
 // Service.Register puts it on a gRPC server; Service.Update swaps in a new
 // Config atomically.
 //
+// Options.Headers adds the reference service's quota headers (and the
+// IETF RateLimit pair) to the answers; Config.Dump describes the limits in
+// force as the reference's /rlconfig does. duration_until_reset is in
+// whole seconds, rounded up, as the reference and Envoy count it.
+//
 // All the descriptors of one request are decided together: a request that
 // is over the limit on one descriptor charges none of the others. See
 // docs/envoy.md for the matching rules, the response fields and the

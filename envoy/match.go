@@ -11,7 +11,7 @@ import (
 //
 // The entries are walked down the tree one level each. At each level the
 // most specific child wins: the one with the entry's key and value, else
-// the first wildcard (in file order) with the entry's key whose prefix the
+// the first wildcard (in file order) with the entry's key whose pattern the
 // value has, else the one with the entry's key and no value. The walk stops
 // at a child without children. The descriptor has a rate limit only when
 // the child its last entry reached has one: a descriptor with more or fewer
@@ -30,7 +30,7 @@ func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (l *lea
 		next := n.exact[entry{e.Key, e.Value}]
 		if next == nil {
 			for _, w := range n.wild {
-				if w.key == e.Key && strings.HasPrefix(e.Value, w.prefix) {
+				if w.key == e.Key && w.matches(e.Value) {
 					next = w.n
 					if next.share {
 						shared = append(shared, sharedEntry{i, next.pattern})

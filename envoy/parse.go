@@ -23,7 +23,7 @@ import (
 //	domain: <name>                      # required, one per file
 //	descriptors:
 //	  - key: <key>                      # required
-//	    value: <value>                  # optional; "prefix*" is a wildcard
+//	    value: <value>                  # optional; '*' in it is a wildcard ("/api/*", "/v*/users")
 //	    rate_limit:                     # optional
 //	      unit: second                  # second|minute|hour|day|week|month|year
 //	      requests_per_unit: 10
@@ -37,6 +37,8 @@ import (
 //	    shadow_mode: false
 //	    detailed_metric: false          # accepted; metrics only
 //	    value_to_metric: false          # accepted; metrics only
+//	    metadata: {...}                 # accepted; not returned
+//	    quota_mode: false               # true is an error
 //	    share_threshold: false          # wildcard values share one counter
 //	    descriptors: [...]              # nested descriptors
 func ParseFile(name string, data []byte) (f *File, err error) {
@@ -221,6 +223,14 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 				shadow = p.boolean(v, f+".shadow_mode")
 			case "detailed_metric", "value_to_metric":
 				p.boolean(v, f+"."+k.Value) // accepted: they shape the reference's metrics only
+			case "metadata":
+				// Accepted: the reference returns it as dynamic metadata
+				// (RESPONSE_DYNAMIC_METADATA), which floodgate does not.
+				p.mapping(&v, f+".metadata")
+			case "quota_mode":
+				if p.boolean(v, f+".quota_mode") {
+					p.fail(k, f+".quota_mode", "not supported: floodgate has no quota mode (an over-limit quota descriptor would be enforced)")
+				}
 			case "share_threshold":
 				if p.boolean(v, f+".share_threshold") {
 					shareNode = k
@@ -247,10 +257,10 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 			continue
 		}
 		composite[final] = keyNode
-		wild := strings.HasSuffix(value, "*")
+		wild := strings.Contains(value, "*")
 		if shareNode != nil {
 			if !wild {
-				p.fail(shareNode, f+".share_threshold", "applies only to wildcard values (ending in '*')")
+				p.fail(shareNode, f+".share_threshold", "applies only to wildcard values (holding '*')")
 			}
 			n.share, n.pattern = true, value
 		}
@@ -267,7 +277,7 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 		case value == "":
 			parent.anyValue[key] = n
 		case wild:
-			parent.wild = append(parent.wild, wildChild{key: key, prefix: strings.TrimSuffix(value, "*"), n: n})
+			parent.wild = append(parent.wild, wildChild{key: key, pattern: value, parts: strings.Split(value, "*"), n: n})
 		default:
 			parent.exact[entry{key, value}] = n
 		}

@@ -79,14 +79,15 @@ func (r response) setCurrent(i int, rpu uint32, unit rlsv3.RateLimitResponse_Rat
 	r.status(i).CurrentLimit = &sl.rl
 }
 
-// setReset sets descriptor i's duration_until_reset to d; a d of 0 or less
-// leaves it unset.
+// setReset sets descriptor i's duration_until_reset to d in whole seconds,
+// rounded up; a d of 0 or less leaves it unset. Envoy reads only the
+// seconds (x-ratelimit-reset), and the reference service answers the
+// window's length less the seconds elapsed in it, which is d rounded up.
 func (r response) setReset(i int, d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	sl := &r.slots[i]
-	// As durationpb.New spells a time.Duration.
-	sl.dur.Seconds, sl.dur.Nanos = int64(d/time.Second), int32(d%time.Second)
+	sl.dur.Seconds = int64((d + time.Second - 1) / time.Second)
 	r.status(i).DurationUntilReset = &sl.dur
 }

@@ -29,6 +29,9 @@ type Options struct {
 	// each descriptor is one decision. nil means such domains are
 	// unknown, which the reference service answers with OK.
 	Lookup func(name string) *floodgate.Limiter
+	// Headers, when set, adds quota headers to every answer that has a
+	// descriptor with a limit; see Headers.
+	Headers *Headers
 }
 
 // Service answers Envoy's ShouldRateLimit calls from a Config, keeping its
@@ -162,6 +165,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		} else if ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
 			msg.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+	}
+	if st.opts.Headers != nil {
+		st.opts.Headers.add(msg)
 	}
 	if d != nil && st.opts.Limiter.Shadow {
 		msg.OverallCode = rlsv3.RateLimitResponse_OK // global shadow mode

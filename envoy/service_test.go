@@ -178,7 +178,9 @@ func TestEpochAlignedWindows(t *testing.T) {
 	for range 3 {
 		h.ask("edge", 0, desc("remote_address", "10.0.0.1"))
 	}
-	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), over, want{over, 3, minute, 0, 500 * time.Millisecond})
+	// duration_until_reset is in whole seconds, rounded up, as the
+	// reference service answers it: 60 - 59 = 1.
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), over, want{over, 3, minute, 0, time.Second})
 	h.clock.Advance(500 * time.Millisecond) // the minute rolls for every key at once
 	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 3, minute, 2, time.Minute})
 	// unit_multiplier: windows of 10s aligned to the epoch.
@@ -188,7 +190,28 @@ func TestEpochAlignedWindows(t *testing.T) {
 		t.Errorf("unit_multiplier = %d, want 10", got)
 	}
 	h.clock.Advance(2500 * time.Millisecond)
-	h.check(h.ask("edge", 0, desc("batch", "x")), ok, want{ok, 4, second, 2, 7500 * time.Millisecond})
+	h.check(h.ask("edge", 0, desc("batch", "x")), ok, want{ok, 4, second, 2, 8 * time.Second})
+}
+
+// duration_until_reset is the reference service's: the window's length
+// less the whole seconds elapsed in it (Envoy reads its seconds only).
+func TestResetInWholeSeconds(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	for _, at := range []time.Duration{0, 1, 999 * time.Millisecond, time.Second, 29*time.Second + 1, 29*time.Second + 999*time.Millisecond, 30 * time.Second} {
+		now := t0.Add(at)
+		h.clock.Set(now)
+		for _, tc := range []struct {
+			d    *commonv3.RateLimitDescriptor
+			unit int64
+		}{{desc("remote_address", "10.9.9.9"), 60}, {desc("tenant", "t", "user", "u"), 3600}, {desc("shadowed", "s"), 1}} {
+			resp := h.ask("edge", 0, tc.d)
+			got := resp.Statuses[0].DurationUntilReset
+			want := tc.unit - now.Unix()%tc.unit
+			if got.GetSeconds() != want || got.GetNanos() != 0 {
+				t.Errorf("at t0+%v, %d s windows: duration_until_reset = %v, want %ds", at, tc.unit, got.AsDuration(), want)
+			}
+		}
+	}
 }
 
 func TestWildcards(t *testing.T) {
@@ -265,6 +288,9 @@ func TestHitsAddend(t *testing.T) {
 	h.check(h.ask("edge", 2, withHits(ip(), 0)), ok, want{ok, 3, minute, 2, 30 * time.Second})
 	h.check(h.ask("edge", 2, ip()), ok, want{ok, 3, minute, 0, 30 * time.Second})
 	// A check at the limit says whether one more would pass: it would not.
+	// The reference says OK here; floodgate differs on purpose: its
+	// counters never pass the limit, so the reference's rule would let
+	// every check pass (docs/envoy.md, "Cost").
 	h.check(h.ask("edge", 0, withHits(ip(), 0)), over, want{over, 3, minute, 0, 30 * time.Second})
 	// A cost the window can never hold is over the limit and counts nothing.
 	h.check(h.ask("edge", 0, withHits(desc("remote_address", "10.0.0.2"), 4)), over, want{over, 3, minute, 0, 30 * time.Second})

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
 	"github.com/floodgate-go/floodgate/envoy"
@@ -26,7 +28,29 @@ func (s *Server) envoyOptions(c *config.Config) *envoy.Options {
 	if c.Store.Redis != nil {
 		o.Timeout = c.Store.Redis.Deadline
 	}
-	return &envoy.Options{Limiter: o, Lookup: s.limiter}
+	o.Shadow = s.Envoy.Shadow
+	return &envoy.Options{Limiter: o, Lookup: s.limiter, Headers: s.Envoy.Headers}
+}
+
+// EnvoySettings tune the Envoy service beyond its configuration files,
+// with the reference service's switches.
+type EnvoySettings struct {
+	// Headers, when set, adds quota headers to the answers
+	// (LIMIT_RESPONSE_HEADERS_ENABLED); see envoy.Headers.
+	Headers *envoy.Headers
+	// Shadow is the global shadow mode (SHADOW_MODE): statuses say what
+	// the limits decided, and overall_code is always OK.
+	Shadow bool
+	// RequireDomains makes GET /healthcheck fail while no Envoy domain is
+	// loaded (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	RequireDomains bool
+}
+
+// registerEnvoy puts the Envoy service on the gRPC server, and reports it
+// serving under the reference service's health check name, "ratelimit".
+func (s *Server) registerEnvoy() {
+	s.envoy.Register(s.grpcSrv)
+	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 }
 
 // openEnvoy loads EnvoyConfigDir and builds the Envoy service.

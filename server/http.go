@@ -36,6 +36,8 @@ func (s *Server) Handler() http.Handler {
 		{"/v1/limiters", http.MethodGet, "limiters", s.handleLimiters},
 		{"/healthz", http.MethodGet, "healthz", s.handleHealthz},
 		{"/readyz", http.MethodGet, "readyz", s.handleReadyz},
+		{"/healthcheck", http.MethodGet, "healthcheck", s.handleHealthcheck}, // the reference service's (reference.go)
+		{"/json", http.MethodPost, "json", s.handleJSON},
 		{"/metrics", http.MethodGet, "metrics", func(w http.ResponseWriter, r *http.Request) *httpError {
 			metricsHandler.ServeHTTP(w, r)
 			return nil

@@ -98,6 +98,8 @@ type Server struct {
 	// a domain no file defines are decided by the configuration's limiter
 	// of that name, each descriptor's entries being its attributes.
 	EnvoyConfigDir string
+	// Envoy tunes the Envoy service further; see EnvoySettings.
+	Envoy EnvoySettings
 	// GRPCServices register further services on the gRPC server before it
 	// starts.
 	GRPCServices []func(grpc.ServiceRegistrar)
@@ -244,7 +246,7 @@ func (s *Server) Open() error {
 		s.health = health.NewServer()
 		healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 		if s.envoy != nil {
-			s.envoy.Register(s.grpcSrv)
+			s.registerEnvoy()
 		}
 		for _, register := range s.GRPCServices {
 			register(s.grpcSrv)
@@ -410,7 +412,7 @@ func (s *Server) reload() error {
 	c := s.limiters.Load().config
 	if s.ConfigPath != "" {
 		var err error
-		if c, err = config.Load(s.ConfigPath); err != nil {
+		if c, err = config.LoadWith(s.ConfigPath, config.Options{EnvoyDomains: s.EnvoyConfigDir != ""}); err != nil {
 			return err
 		}
 		if !reflect.DeepEqual(c.Store, s.Config.Store) {

@@ -18,7 +18,7 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	m := NewMain()
-	return m.Run(context.Background(), os.Args[1:])
+	return m.Run(context.Background(), referenceArgs(os.Args[0], os.Args[1:]))
 }
 
 // sampleConfig is the configuration served when no --config is given and
@@ -62,6 +62,7 @@ var commands = []command{
 	{"validate", "check configuration files and report every error", (*Main).validate},
 	{"check", "ask a running service for one decision", (*Main).check},
 	{"load", "generate load against a running service and measure it", (*Main).load},
+	{"ratelimit", "run as Envoy's reference rate limit service, configured by its environment (ratelimit.go)", (*Main).ratelimit},
 }
 
 const usageHead = `floodgate is a rate-limiting decision service.
@@ -90,6 +91,9 @@ func (m *Main) usage(w io.Writer) {
 
 // Run runs the command named by args[0] and returns the exit code.
 func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) == 0 && referenceMode(m.Getenv) {
+		return m.ratelimit(ctx, nil) // the reference service's container, floodgate's image
+	}
 	if len(args) == 0 {
 		m.usage(m.Stderr)
 		return exitUsage

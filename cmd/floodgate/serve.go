@@ -115,8 +115,9 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 // loadConfig reads the configuration serve starts with, and returns the
-// path to watch ("" for the built-in sample).
-func loadConfig(path string, logger *slog.Logger) (*config.Config, string, error) {
+// path to watch ("" for the built-in sample). With Envoy domains (envoy),
+// a configuration that names only the store is valid.
+func loadConfig(path string, envoy bool, logger *slog.Logger) (*config.Config, string, error) {
 	if path == "" {
 		if _, err := os.Stat("floodgate.yaml"); err == nil {
 			path = "floodgate.yaml"
@@ -126,12 +127,12 @@ func loadConfig(path string, logger *slog.Logger) (*config.Config, string, error
 			return c, "", err
 		}
 	}
-	c, err := config.Load(path)
+	c, err := config.LoadWith(path, config.Options{EnvoyDomains: envoy})
 	return c, path, err
 }
 
 func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) error {
-	c, path, err := loadConfig(f.config, logger)
+	c, path, err := loadConfig(f.config, f.envoyDir != "", logger)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (m *Main) validate(_ context.Context, args []string) int {
 	}
 	code := exitOK
 	for _, path := range fs.Args() {
-		c, err := config.Load(path)
+		c, err := config.LoadWith(path, config.Options{EnvoyDomains: *envoyDir != ""})
 		if err != nil {
 			code = exitFail
 			var list config.ErrorList

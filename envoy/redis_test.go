@@ -1,0 +1,66 @@
+package envoy_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/envoy"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store/redis"
+)
+
+// twoLimits is the "another" domain of the reference service's
+// integration test, with a shadow limit added.
+const twoLimits = `domain: another
+descriptors:
+  - key: key2
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: key3
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// On Redis with its local over-limit cache, a request whose descriptors
+// include one the cache knows to be over the limit still gets the real
+// status of every other descriptor: what is left and when it resets, not
+// a full limit without a reset.
+func TestRedisOverLimitCacheKeepsOtherStatuses(t *testing.T) {
+	for _, cache := range []int{-1, 0} { // disabled, and the default cache
+		srv := redistest.Start(t)
+		store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		cfg, err := envoy.NewConfig(mustParse(t, "another.yaml", twoLimits))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := start(t, cfg, store, nil)
+		const minuteLeft, hourLeft = 30 * time.Second, 2790 * time.Second
+		for i := range 15 {
+			resp := h.ask("another", 0, desc("key2", "v"), desc("key3", "v"))
+			if i < 10 {
+				h.check(resp, ok, want{ok, 20, minute, uint32(19 - i), minuteLeft}, want{ok, 10, hour, uint32(9 - i), hourLeft})
+				continue
+			}
+			// Over on key3: nothing is charged to key2, which has 10 left.
+			h.check(resp, over, want{ok, 20, minute, 10, minuteLeft}, want{over, 10, hour, 0, hourLeft})
+		}
+		// A shadow limit over its limit reports nothing left, and lets the
+		// request through.
+		for i := range 3 {
+			h.check(h.ask("another", 0, desc("shadow", "s"), desc("key2", "w")), ok,
+				want{ok, 1, minute, 0, minuteLeft}, want{ok, 20, minute, uint32(19 - i), minuteLeft})
+		}
+		// Next to a descriptor the cache knows to be over, the exceeded
+		// shadow limit still reports nothing left.
+		h.check(h.ask("another", 0, desc("shadow", "s"), desc("key3", "v")), over,
+			want{ok, 1, minute, 0, minuteLeft}, want{over, 10, hour, 0, hourLeft})
+		if t.Failed() {
+			t.Fatalf("deny cache size %d: see above", cache)
+		}
+	}
+}
