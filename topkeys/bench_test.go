@@ -1,0 +1,80 @@
+package topkeys_test
+
+// BenchmarkOverhead measures what a Tracker adds to a one-rule memory
+// decision: the same limiter setup as store/memory's rules=1/keys=10k
+// (a token bucket per user, 10k existing keys drawn uniformly, every
+// decision admitted), without an observer, with an observer that does
+// nothing (the cost of observing at all), and with a Tracker. The
+// sub-benchmarks run one after the other within each round, so -count
+// alternates them.
+//
+// Run: go test -run '^$' -bench Overhead -benchtime 200ms -count 6 ./topkeys
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
+	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/topkeys"
+)
+
+func BenchmarkOverhead(b *testing.B) {
+	rule := floodgate.Rule{Name: "per-user", Algorithm: floodgate.TokenBucket,
+		Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}}
+	attrs := make([]floodgate.Attributes, 10_000)
+	for i := range attrs {
+		attrs[i] = floodgate.Attributes{"user": "user-" + strconv.Itoa(i)}
+	}
+	for _, bc := range []struct {
+		name     string
+		observer func() floodgate.Observer
+	}{
+		{"observer=none", func() floodgate.Observer { return nil }},
+		{"observer=noop", func() floodgate.Observer { return func(context.Context, floodgate.Event) {} }},
+		{"observer=topkeys", func() floodgate.Observer { return topkeys.New(nil).Observe }},
+	} {
+		for _, parallel := range []bool{false, true} {
+			name := bc.name + "/serial"
+			if parallel {
+				name = bc.name + "/parallel"
+			}
+			b.Run(name, func(b *testing.B) {
+				st := memory.New(&memory.Options{MaxKeys: 4 * len(attrs), SweepInterval: -1})
+				defer st.Close()
+				l, err := floodgate.New("bench", st, []floodgate.Rule{rule}, &floodgate.Options{Observer: bc.observer()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				for _, a := range attrs {
+					l.Allow(ctx, a)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				defer benchtool.ReportCPU(b, benchtool.CPU())
+				if !parallel {
+					r := benchtool.NewRand()
+					for b.Loop() {
+						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); !d.Allowed {
+							b.Fatal("denied")
+						}
+					}
+					return
+				}
+				b.RunParallel(func(pb *testing.PB) {
+					r := benchtool.NewRand()
+					for pb.Next() {
+						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); !d.Allowed {
+							b.Error("denied")
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
