@@ -240,6 +240,7 @@ func (t *Tracker) keyOf(key string) (string, uint64) {
 // add counts an event of key in minute at.
 func (rt *ruleTops) add(t *Tracker, at int64, key string, denied bool) {
 	key, h := t.keyOf(key)
+	at = max(at, 0) // a clock before 1970 counts into the first minute
 	rt.mu.Lock()
 	m := &rt.ring[at%int64(ringMinutes)]
 	if m.at != at {
@@ -304,48 +305,28 @@ func (t *Tracker) Top(limiter, rule string, kind Kind, span time.Duration, n int
 
 // TopAt is Top as of now.
 func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span time.Duration, n int) (Report, error) {
-	if span <= 0 || span > MaxSpan {
-		return Report{}, ErrSpan
+	first, last, err := minutes(now, span)
+	if err != nil {
+		return Report{}, err
 	}
-	minutes := int64((span + time.Minute - 1) / time.Minute)
-	at := minuteOf(now)
-	r := Report{Since: time.Unix((at-minutes)*60, 0)}
+	r := Report{Since: time.Unix(first*60, 0)}
 	rt := t.find(limiter, rule)
 	if rt == nil || n <= 0 {
 		return r, nil
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	var sums []*summary
-	for a := at - minutes; a <= at; a++ {
-		m := &rt.ring[((a%int64(ringMinutes))+int64(ringMinutes))%int64(ringMinutes)]
-		if m.at != a {
-			continue
-		}
-		s := m.decisions
-		if kind == Denials {
-			s = m.denials
-		}
-		if s != nil {
-			sums = append(sums, s)
-			r.Total += s.total
-		}
-	}
+	sums := rt.summaries(first, last, kind)
 	seen := map[string]bool{}
 	for _, s := range sums {
+		r.Total += s.total
 		for i := range s.slots {
 			sl := &s.slots[i]
 			if seen[sl.key] {
 				continue
 			}
 			seen[sl.key] = true
-			e := Entry{Key: sl.key}
-			for _, o := range sums {
-				lo, hi := o.bounds(sl.key, sl.hash)
-				e.Count += hi
-				e.Error += hi - lo
-			}
-			r.Entries = append(r.Entries, e)
+			r.Entries = append(r.Entries, estimate(sums, sl.key, sl.hash))
 		}
 	}
 	sort.Slice(r.Entries, func(i, j int) bool {
@@ -362,4 +343,71 @@ func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span tim
 		r.Entries = r.Entries[:n:n]
 	}
 	return r, nil
+}
+
+// Count returns key's count of kind over span, as Top would report it,
+// whether or not the key is among the top ones.
+func (t *Tracker) Count(limiter, rule string, kind Kind, span time.Duration, key string) (Entry, error) {
+	now := time.Now()
+	if t.clock != nil {
+		now = t.clock.Now()
+	}
+	return t.CountAt(now, limiter, rule, kind, span, key)
+}
+
+// CountAt is Count as of now.
+func (t *Tracker) CountAt(now time.Time, limiter, rule string, kind Kind, span time.Duration, key string) (Entry, error) {
+	first, last, err := minutes(now, span)
+	if err != nil {
+		return Entry{}, err
+	}
+	key, h := t.keyOf(key)
+	rt := t.find(limiter, rule)
+	if rt == nil {
+		return Entry{Key: key}, nil
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return estimate(rt.summaries(first, last, kind), key, h), nil
+}
+
+// minutes checks span and returns the first and last minute it covers as
+// of now: the current minute and the span's whole minutes before it.
+func minutes(now time.Time, span time.Duration) (first, last int64, err error) {
+	if span <= 0 || span > MaxSpan {
+		return 0, 0, ErrSpan
+	}
+	last = minuteOf(now)
+	return last - int64((span+time.Minute-1)/time.Minute), last, nil
+}
+
+// summaries returns the summaries of kind of the minutes from first to
+// last that have any. It requires rt.mu.
+func (rt *ruleTops) summaries(first, last int64, kind Kind) []*summary {
+	var sums []*summary
+	for a := max(first, 0); a <= last; a++ {
+		m := &rt.ring[a%int64(ringMinutes)]
+		if m.at != a {
+			continue
+		}
+		s := m.decisions
+		if kind == Denials {
+			s = m.denials
+		}
+		if s != nil {
+			sums = append(sums, s)
+		}
+	}
+	return sums
+}
+
+// estimate sums key's bounds over sums.
+func estimate(sums []*summary, key string, h uint64) Entry {
+	e := Entry{Key: key}
+	for _, s := range sums {
+		lo, hi := s.bounds(key, h)
+		e.Count += hi
+		e.Error += hi - lo
+	}
+	return e
 }

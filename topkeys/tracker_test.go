@@ -202,3 +202,33 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("total decisions %d, want 8000", total)
 	}
 }
+
+func TestCountOfAnyKey(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	for range 3 {
+		tops.Add("api", "r", "a", false)
+	}
+	tops.Add("api", "r", "a", true)
+	for _, tc := range []struct {
+		kind topkeys.Kind
+		key  string
+		want topkeys.Entry
+	}{
+		{topkeys.Decisions, "a", topkeys.Entry{Key: "a", Count: 4}},
+		{topkeys.Denials, "a", topkeys.Entry{Key: "a", Count: 1}},
+		{topkeys.Denials, "b", topkeys.Entry{Key: "b"}},
+	} {
+		got, err := tops.Count("api", "r", tc.kind, time.Minute, tc.key)
+		if err != nil || got != tc.want {
+			t.Errorf("Count(%s, %s) = %+v, %v; want %+v", tc.kind, tc.key, got, err, tc.want)
+		}
+	}
+}
+
+func TestEpochClock(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: new(floodgate.ManualClock)})
+	tops.Add("api", "r", "a", true)
+	if r := top(t, tops, "r", topkeys.Denials, 15*time.Minute, 1); len(r.Entries) != 1 {
+		t.Errorf("entries %v, want a", r.Entries)
+	}
+}
