@@ -113,6 +113,7 @@ type Server struct {
 	limiters atomic.Pointer[limiterSet]
 	state    atomic.Pointer[reloadState]
 	metrics  *metrics
+	live     *live // top keys and per-second counts (live.go)
 	envoy    *envoy.Service
 	store    floodgate.Store // Store, instrumented
 	secret   []byte
@@ -179,6 +180,7 @@ func (s *Server) Open() error {
 		return err
 	}
 	s.metrics = m
+	s.live = newLive(s.Clock)
 	s.store = m.instrument(s.Store)
 	set, err := s.build(s.Config)
 	if err != nil {
@@ -361,7 +363,7 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 	for i := range c.Limiters {
 		cl := &c.Limiters[i]
 		l, err := cl.New(s.store, floodgate.Options{
-			Observer: s.metrics.observe,
+			Observer: s.observe,
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 		})
