@@ -148,7 +148,7 @@ func TestRatesRing(t *testing.T) {
 		r.add("api", 0, 1000)
 	}
 	r.add("api", 1, 1001)
-	r.add("api", 1, 1001+rateSeconds) // reuses 1001's second
+	r.add("api", 1, 1001+rateSeconds)           // reuses 1001's second
 	got := r.series("api", 1002+rateSeconds, 3) // seconds 999+rateSeconds..1001+rateSeconds
 	if got[0][0] != 0 || got[1][2] != 1 {
 		t.Errorf("series %v: want only the denial at 1001+rateSeconds", got)
