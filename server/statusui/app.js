@@ -54,6 +54,8 @@ function chartFor(l, results) {
   const badges = el("span");
   title.append(badges);
   section.append(title);
+  const now = el("div", "now");
+  section.append(now);
   const box = el("div", "chart");
   section.append(box);
   const rules = el("div");
@@ -61,6 +63,7 @@ function chartFor(l, results) {
   document.getElementById("limiters").append(section);
   const opts = {
     width: Math.max(300, box.clientWidth || 520), height: 200,
+    padding: [10, 28, 0, 0],
     scales: { x: { time: true } },
     axes: [
       { space: 70, values: (u, ts) => ts.map(clock) },
@@ -73,7 +76,7 @@ function chartFor(l, results) {
   };
   const empty = [[]].concat(results.map(() => []));
   const plot = new uPlot(opts, empty, box);
-  c = { section, badges, plot, box, rules };
+  c = { section, badges, now, plot, box, rules };
   charts.set(l.name, c);
   return c;
 }
@@ -84,6 +87,9 @@ function showLimiter(l, results) {
   c.badges.append(el("span", "badge " + l.breaker, "breaker " + l.breaker), " ",
     el("span", "badge", "fail " + l.failure_policy));
   if (l.shadow) c.badges.append(" ", el("span", "badge", "shadow"));
+  const last = l.rates[0].length - 1;
+  const parts = results.map((r, i) => [r, l.rates[i][last]]).filter(([, n]) => n > 0).map(([r, n]) => n + " " + r);
+  c.now.textContent = "last second: " + (parts.length ? parts.join(" · ") : "no decisions");
   const xs = l.rates[0].map((_, i) => l.start + i);
   c.plot.setData([xs].concat(l.rates));
   const table = el("table");
