@@ -20,7 +20,7 @@ import "strings"
 // flood of keys seen once each therefore churns the filter, not the tracked
 // set. A summary is not safe for concurrent use.
 type summary struct {
-	index  map[string]int32 // key → slot
+	index  []entry // open addressing by hash: key → slot
 	slots  []slot
 	heap   []int32  // slot indexes, a min-heap by count
 	filter []uint32 // counts of untracked keys, by hash
@@ -36,28 +36,87 @@ type slot struct {
 	pos   int32 // index in heap
 }
 
+// entry is one cell of a summary's index: a tracked key's hash and slot,
+// or slot −1 when empty.
+type entry struct {
+	hash uint64
+	slot int32
+}
+
 func newSummary(capacity int) *summary {
-	return &summary{
-		index:  make(map[string]int32, capacity),
+	s := &summary{
+		index:  make([]entry, pow2(2*capacity)),
 		slots:  make([]slot, 0, capacity),
 		heap:   make([]int32, 0, capacity),
-		filter: make([]uint32, filterCells(capacity)),
+		filter: make([]uint32, pow2(4*capacity)),
+	}
+	s.clearIndex()
+	return s
+}
+
+// pow2 returns the least power of two not below n.
+func pow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+func (s *summary) clearIndex() {
+	for i := range s.index {
+		s.index[i] = entry{slot: -1}
 	}
 }
 
-// filterCells is the filter's size for a capacity: a power of two of at
-// least four cells per tracked key.
-func filterCells(capacity int) int {
-	n := 1
-	for n < 4*capacity {
-		n <<= 1
+// find returns the slot of key, or −1. The index is at most half full, so
+// a probe sequence is short; a hash is compared before a key.
+func (s *summary) find(key string, h uint64) int32 {
+	mask := uint64(len(s.index) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		e := s.index[i]
+		if e.slot < 0 {
+			return -1
+		}
+		if e.hash == h && s.slots[e.slot].key == key {
+			return e.slot
+		}
 	}
-	return n
+}
+
+// insert indexes slot under hash h, which it must not be yet.
+func (s *summary) insert(h uint64, slot int32) {
+	mask := uint64(len(s.index) - 1)
+	i := h & mask
+	for s.index[i].slot >= 0 {
+		i = (i + 1) & mask
+	}
+	s.index[i] = entry{hash: h, slot: slot}
+}
+
+// remove unindexes slot, whose hash is h, shifting the entries after it
+// back so that no probe sequence has a hole (no tombstones).
+func (s *summary) remove(h uint64, slot int32) {
+	mask := uint64(len(s.index) - 1)
+	i := h & mask
+	for s.index[i].slot != slot {
+		i = (i + 1) & mask
+	}
+	for j := (i + 1) & mask; s.index[j].slot >= 0; j = (j + 1) & mask {
+		// The entry at j may move to the hole at i if its home is not in
+		// the cyclic range (i, j].
+		home := s.index[j].hash & mask
+		if (j-home)&mask >= (j-i)&mask {
+			s.index[i] = s.index[j]
+			i = j
+		}
+	}
+	s.index[i] = entry{slot: -1}
 }
 
 // reset empties s, keeping its memory.
 func (s *summary) reset() {
-	clear(s.index)
+	s.clearIndex()
 	clear(s.slots) // drop the keys
 	s.slots = s.slots[:0]
 	s.heap = s.heap[:0]
@@ -68,7 +127,7 @@ func (s *summary) reset() {
 // add counts one event of key, whose hash is h.
 func (s *summary) add(key string, h uint64) {
 	s.total++
-	if i, ok := s.index[key]; ok {
+	if i := s.find(key, h); i >= 0 {
 		s.slots[i].count++
 		s.down(int(s.slots[i].pos))
 		return
@@ -77,7 +136,7 @@ func (s *summary) add(key string, h uint64) {
 	if len(s.slots) < cap(s.slots) {
 		i := int32(len(s.slots))
 		s.slots = append(s.slots, slot{key: strings.Clone(key), hash: h, count: int64(*cell) + 1, err: int64(*cell), pos: int32(len(s.heap))})
-		s.index[s.slots[i].key] = i
+		s.insert(h, i)
 		s.heap = append(s.heap, i)
 		s.up(len(s.heap) - 1)
 		return
@@ -93,16 +152,16 @@ func (s *summary) add(key string, h uint64) {
 	// key takes the place of the tracked key with the smallest count.
 	old := &s.filter[low.hash&uint64(len(s.filter)-1)]
 	*old = uint32(max(int64(*old), min(low.count, int64(^uint32(0)))))
-	delete(s.index, low.key)
+	s.remove(low.hash, i)
 	*low = slot{key: strings.Clone(key), hash: h, count: int64(*cell) + 1, err: int64(*cell), pos: 0}
-	s.index[low.key] = i
+	s.insert(h, i)
 	s.down(0)
 }
 
 // bounds returns the least and the greatest count key may have had: the
 // tracked count and its error, or the filter cell's count.
 func (s *summary) bounds(key string, h uint64) (lo, hi int64) {
-	if i, ok := s.index[key]; ok {
+	if i := s.find(key, h); i >= 0 {
 		sl := &s.slots[i]
 		return sl.count - sl.err, sl.count
 	}

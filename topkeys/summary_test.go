@@ -46,12 +46,21 @@ func TestSummaryBoundsHold(t *testing.T) {
 			for h := range tc.heavy {
 				k := "h" + strconv.Itoa(h)
 				lo, hi := s.bounds(k, maphash.String(seed, k))
-				if _, tracked := s.index[k]; !tracked || hi-lo > exact[k]/10 {
+				if tracked := s.find(k, maphash.String(seed, k)) >= 0; !tracked || hi-lo > exact[k]/10 {
 					t.Errorf("heavy key %s (%d events): tracked %v, bounds [%d, %d]", k, exact[k], tracked, lo, hi)
 				}
 			}
-			if len(s.slots) > 64 || len(s.index) > 64 {
-				t.Errorf("%d slots, %d indexed: over capacity 64", len(s.slots), len(s.index))
+			indexed := 0
+			for _, e := range s.index {
+				if e.slot >= 0 {
+					indexed++
+					if s.find(s.slots[e.slot].key, e.hash) != e.slot {
+						t.Errorf("slot %d (%s) indexed but not found", e.slot, s.slots[e.slot].key)
+					}
+				}
+			}
+			if len(s.slots) > 64 || indexed != len(s.slots) {
+				t.Errorf("%d slots, %d indexed: want equal, at most capacity 64", len(s.slots), indexed)
 			}
 		})
 	}
