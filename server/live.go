@@ -18,8 +18,11 @@ type live struct {
 	rates rates
 }
 
+// newLive returns the service's live state. Its top keys count every
+// decision: sampling them (topkeys.Options.DecisionSample) saves tens of
+// nanoseconds on a request that costs microseconds.
 func newLive(clock floodgate.Clock) *live {
-	return &live{tops: topkeys.New(&topkeys.Options{Clock: clock})}
+	return &live{tops: topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: 1})}
 }
 
 // observe is every limiter's floodgate.Observer: the metrics' count, the

@@ -4,11 +4,13 @@ package topkeys_test
 // decision: the same limiter setup as store/memory's rules=1/keys=10k
 // (a token bucket per user, 10k existing keys drawn uniformly, every
 // decision admitted), without an observer, with an observer that does
-// nothing (the cost of observing at all), and with a Tracker. The
-// sub-benchmarks run one after the other within each round, so -count
-// alternates them.
+// nothing (the cost of observing at all), with a Tracker as it comes
+// (decisions sampled 1 in 8) and with one that counts every decision.
+// A round runs them one after the other; run rounds by running the test
+// binary repeatedly (go test -count repeats each sub-benchmark in a row):
 //
-// Run: go test -run '^$' -bench Overhead -benchtime 200ms -count 6 ./topkeys
+//	go test -c -o /tmp/topkeys.test ./topkeys
+//	for i in $(seq 10); do /tmp/topkeys.test -test.run '^$' -test.bench Overhead -test.benchmem -test.benchtime 200ms; done
 
 import (
 	"context"
@@ -36,6 +38,9 @@ func BenchmarkOverhead(b *testing.B) {
 		{"observer=none", func() floodgate.Observer { return nil }},
 		{"observer=noop", func() floodgate.Observer { return func(context.Context, floodgate.Event) {} }},
 		{"observer=topkeys", func() floodgate.Observer { return topkeys.New(nil).Observe }},
+		{"observer=topkeys-unsampled", func() floodgate.Observer {
+			return topkeys.New(&topkeys.Options{DecisionSample: 1}).Observe
+		}},
 	} {
 		for _, parallel := range []bool{false, true} {
 			name := bc.name + "/serial"

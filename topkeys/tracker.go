@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
@@ -18,6 +20,9 @@ const (
 	// DefaultCapacity is how many keys a Tracker tracks by default per
 	// limiter, rule, kind and minute.
 	DefaultCapacity = 512
+	// DefaultDecisionSample is how many decisions one sampled decision
+	// stands for by default (see Options.DecisionSample).
+	DefaultDecisionSample = 8
 	// MaxSpan is the longest span Top reports over.
 	MaxSpan = 15 * time.Minute
 	// MaxKeyLen is the longest key kept as it is; a longer key is kept as
@@ -55,6 +60,13 @@ type Options struct {
 	// Tracker), and counts are exact while a rule sees at most Capacity
 	// distinct keys in a minute.
 	Capacity int
+	// DecisionSample makes the Decisions summaries count a random 1 in
+	// DecisionSample decisions, scaled back up when reported; 0 means
+	// DefaultDecisionSample, 1 counts every decision. Denials are always
+	// all counted. Sampling keeps the cost of an admitted decision, the
+	// common case, to a few nanoseconds (docs/benchmarks.md); the keys
+	// that send the most stand out of a sample all the same.
+	DecisionSample int
 	// Clock places events in minutes; nil means the wall clock, read
 	// once a second by a goroutine the first Tracker starts.
 	Clock floodgate.Clock
@@ -78,6 +90,7 @@ type Options struct {
 // events and keeps an error near 0.
 type Tracker struct {
 	capacity int
+	sample   uint32 // DecisionSample
 	clock    floodgate.Clock
 	seed     maphash.Seed
 
@@ -109,10 +122,13 @@ type minute struct {
 
 // New returns a Tracker. opts may be nil.
 func New(opts *Options) *Tracker {
-	t := &Tracker{capacity: DefaultCapacity, seed: maphash.MakeSeed()}
+	t := &Tracker{capacity: DefaultCapacity, sample: DefaultDecisionSample, seed: maphash.MakeSeed()}
 	if opts != nil {
 		if opts.Capacity > 0 {
 			t.capacity = opts.Capacity
+		}
+		if opts.DecisionSample > 0 {
+			t.sample = uint32(min(opts.DecisionSample, 1<<20))
 		}
 		t.clock = opts.Clock
 	}
@@ -130,13 +146,18 @@ func (t *Tracker) now() int64 {
 
 // Observe counts one decision: it is a floodgate.Observer. Consume and peek
 // decisions count, records do not. Every rule of the decision counts a
-// decision for its key, and a denial when it denied. Observe keeps no
+// decision for its key (if the decision is sampled, see
+// Options.DecisionSample), and a denial when it denied. Observe keeps no
 // reference to the Event.
 func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
 		return
 	}
 	d := e.Decision
+	sampled := t.sampled()
+	if !sampled && (d.Allowed && !d.ShadowDenied || d.Reason == floodgate.ReasonStore) {
+		return // no rule denied, and the decision is not in the sample
+	}
 	rs := d.Rules()
 	if len(rs) == 0 {
 		return
@@ -146,15 +167,24 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	failed := d.Reason == floodgate.ReasonStore
 	for i := range rs {
 		r := &rs[i]
-		t.rule(lt, r.Name).add(t, at, r.Key(), !failed && !r.Allowed)
+		if denied := !failed && !r.Allowed; denied || sampled {
+			t.rule(lt, r.Name).add(t, at, r.Key(), sampled, denied)
+		}
 	}
 }
 
-// Add counts one decision of limiter's rule for key, and a denial when
-// denied, at the clock's time. It is Observe for one rule, for callers that
-// see decisions some other way.
+// Add counts one decision of limiter's rule for key (if sampled), and a
+// denial when denied, at the clock's time. It is Observe for one rule, for
+// callers that see decisions some other way.
 func (t *Tracker) Add(limiter, rule, key string, denied bool) {
-	t.rule(t.limiter(limiter), rule).add(t, t.now(), key, denied)
+	if sampled := t.sampled(); sampled || denied {
+		t.rule(t.limiter(limiter), rule).add(t, t.now(), key, sampled, denied)
+	}
+}
+
+// sampled draws whether a decision is in the Decisions sample.
+func (t *Tracker) sampled() bool {
+	return t.sample <= 1 || rand.Uint32N(t.sample) == 0
 }
 
 // limiter returns the limiter's entry, making it on first use. A
@@ -237,8 +267,9 @@ func (t *Tracker) keyOf(key string) (string, uint64) {
 	return key, h
 }
 
-// add counts an event of key in minute at.
-func (rt *ruleTops) add(t *Tracker, at int64, key string, denied bool) {
+// add counts a decision (when decision) and a denial (when denied) of key
+// in minute at.
+func (rt *ruleTops) add(t *Tracker, at int64, key string, decision, denied bool) {
 	key, h := t.keyOf(key)
 	at = max(at, 0) // a clock before 1970 counts into the first minute
 	rt.mu.Lock()
@@ -258,7 +289,9 @@ func (rt *ruleTops) add(t *Tracker, at int64, key string, denied bool) {
 			m.denials.reset()
 		}
 	}
-	m.decisions.add(key, h)
+	if decision {
+		m.decisions.add(key, h)
+	}
 	if denied {
 		if m.denials == nil {
 			m.denials = newSummary(t.capacity)
@@ -270,10 +303,26 @@ func (rt *ruleTops) add(t *Tracker, at int64, key string, denied bool) {
 
 // Entry is one key of a Report. Its true count over the report's span lies
 // between Count−Error and Count.
+//
+// For Decisions sampled 1 in S (Options.DecisionSample above 1), Count is
+// the sample's count times S, and Error adds to the summary's error (times
+// S) four standard deviations of the sampling, 4·√((Count+S)·(S−1)): the
+// true count lies within Count ± Error, but for about one entry in 15,000.
 type Entry struct {
 	Key   string
 	Count int64
 	Error int64
+}
+
+// scaled returns e, a count of kind, scaled up by the sample.
+func (t *Tracker) scaled(kind Kind, e Entry) Entry {
+	if kind != Decisions || t.sample <= 1 {
+		return e
+	}
+	s := int64(t.sample)
+	e.Count *= s
+	e.Error = e.Error*s + int64(math.Ceil(4*math.Sqrt(float64((e.Count+s)*(s-1)))))
+	return e
 }
 
 // Report is the heaviest keys of a rule over a span.
@@ -281,7 +330,8 @@ type Report struct {
 	// Entries are the keys by guaranteed count (Count−Error), then Count,
 	// highest first, then by key.
 	Entries []Entry
-	// Total is how many events the span counted, over all keys.
+	// Total is how many events the span counted, over all keys (for
+	// sampled Decisions, an estimate).
 	Total int64
 	// Since is the start of the oldest minute the span covers: a span of
 	// n minutes covers the current minute and the n before it, so between
@@ -326,7 +376,7 @@ func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span tim
 				continue
 			}
 			seen[sl.key] = true
-			r.Entries = append(r.Entries, estimate(sums, sl.key, sl.hash))
+			r.Entries = append(r.Entries, t.scaled(kind, estimate(sums, sl.key, sl.hash)))
 		}
 	}
 	sort.Slice(r.Entries, func(i, j int) bool {
@@ -341,6 +391,9 @@ func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span tim
 	})
 	if len(r.Entries) > n {
 		r.Entries = r.Entries[:n:n]
+	}
+	if kind == Decisions {
+		r.Total *= int64(t.sample)
 	}
 	return r, nil
 }
@@ -368,7 +421,7 @@ func (t *Tracker) CountAt(now time.Time, limiter, rule string, kind Kind, span t
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return estimate(rt.summaries(first, last, kind), key, h), nil
+	return t.scaled(kind, estimate(rt.summaries(first, last, kind), key, h)), nil
 }
 
 // minutes checks span and returns the first and last minute it covers as

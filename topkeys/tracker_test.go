@@ -17,10 +17,15 @@ import (
 var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // observed returns a limiter whose decisions a fresh Tracker observes,
-// both on clock.
+// both on clock, counting every decision (no sampling) unless sample says
+// otherwise.
 func observed(t testing.TB, clock floodgate.Clock, rules ...floodgate.Rule) (*floodgate.Limiter, *topkeys.Tracker) {
+	return observedSampled(t, clock, 1, rules...)
+}
+
+func observedSampled(t testing.TB, clock floodgate.Clock, sample int, rules ...floodgate.Rule) (*floodgate.Limiter, *topkeys.Tracker) {
 	t.Helper()
-	tops := topkeys.New(&topkeys.Options{Clock: clock})
+	tops := topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: sample})
 	st := memory.New(&memory.Options{MaxKeys: 10_000, SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
 	l, err := floodgate.New("api", st, rules, &floodgate.Options{Clock: clock, Observer: tops.Observe})
@@ -93,7 +98,7 @@ func TestShadowRuleDenialsAndStoreFailures(t *testing.T) {
 	}
 
 	// A failing store's fail-closed denials are not a rule's denials.
-	tops = topkeys.New(&topkeys.Options{Clock: clock})
+	tops = topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: 1})
 	l, err := floodgate.New("api", failing{}, []floodgate.Rule{{Name: "r", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second}},
 		&floodgate.Options{Clock: clock, Observer: tops.Observe, FailurePolicy: floodgate.FailClosed})
 	if err != nil {
@@ -176,7 +181,7 @@ func TestLongKeysAreBounded(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Capacity: 16})
+	tops := topkeys.New(&topkeys.Options{Capacity: 16, DecisionSample: 1})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -204,7 +209,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestCountOfAnyKey(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start), DecisionSample: 1})
 	for range 3 {
 		tops.Add("api", "r", "a", false)
 	}
@@ -230,5 +235,33 @@ func TestEpochClock(t *testing.T) {
 	tops.Add("api", "r", "a", true)
 	if r := top(t, tops, "r", topkeys.Denials, 15*time.Minute, 1); len(r.Entries) != 1 {
 		t.Errorf("entries %v, want a", r.Entries)
+	}
+}
+
+// TestSampledDecisions: with decisions sampled 1 in 8, the key that sends
+// half the decisions leads with a count within its stated error, and
+// denials are still all counted.
+func TestSampledDecisions(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start), DecisionSample: 8})
+	for i := range 20_000 {
+		key := "heavy"
+		if i%2 == 1 {
+			key = fmt.Sprint("k", i%1000)
+		}
+		tops.Add("api", "r", key, key == "heavy" && i%10 == 0)
+	}
+	r := top(t, tops, "r", topkeys.Decisions, time.Minute, 3)
+	if len(r.Entries) == 0 || r.Entries[0].Key != "heavy" {
+		t.Fatalf("decisions top %v, want heavy first", r.Entries)
+	}
+	if e := r.Entries[0]; e.Count-e.Error > 10_000 || e.Count+e.Error < 10_000 || e.Error > 2_000 {
+		t.Errorf("heavy: %d ± %d, want 10000 within a small error", e.Count, e.Error)
+	}
+	if r.Total < 18_000 || r.Total > 22_000 {
+		t.Errorf("total decisions %d, want about 20000", r.Total)
+	}
+	d := top(t, tops, "r", topkeys.Denials, time.Minute, 3)
+	if fmt.Sprint(d.Entries) != "[{heavy 2000 0}]" || d.Total != 2000 {
+		t.Errorf("denials %v (total %d), want heavy exactly 2000", d.Entries, d.Total)
 	}
 }
