@@ -83,3 +83,4 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 }
+
