@@ -25,8 +25,19 @@ import (
 )
 
 func BenchmarkOverhead(b *testing.B) {
-	rule := floodgate.Rule{Name: "per-user", Algorithm: floodgate.TokenBucket,
-		Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}}
+	overhead(b, floodgate.Rule{Name: "per-user", Algorithm: floodgate.TokenBucket,
+		Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}}, true)
+}
+
+// BenchmarkOverheadDenied is BenchmarkOverhead with every decision denied
+// (a fixed window of 1 per hour, already used): the path of an attack,
+// where a Tracker counts every decision as a denial, sampled or not.
+func BenchmarkOverheadDenied(b *testing.B) {
+	overhead(b, floodgate.Rule{Name: "per-user", Algorithm: floodgate.FixedWindow,
+		Limit: 1, Window: time.Hour, Key: []string{"user"}}, false)
+}
+
+func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 	attrs := make([]floodgate.Attributes, 10_000)
 	for i := range attrs {
 		attrs[i] = floodgate.Attributes{"user": "user-" + strconv.Itoa(i)}
@@ -64,8 +75,8 @@ func BenchmarkOverhead(b *testing.B) {
 				if !parallel {
 					r := benchtool.NewRand()
 					for b.Loop() {
-						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); !d.Allowed {
-							b.Fatal("denied")
+						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); d.Allowed != admit {
+							b.Fatalf("allowed %v, want %v", d.Allowed, admit)
 						}
 					}
 					return
@@ -73,8 +84,8 @@ func BenchmarkOverhead(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					r := benchtool.NewRand()
 					for pb.Next() {
-						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); !d.Allowed {
-							b.Error("denied")
+						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); d.Allowed != admit {
+							b.Errorf("allowed %v, want %v", d.Allowed, admit)
 							return
 						}
 					}
