@@ -94,4 +94,3 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 		}
 	}
 }
-
