@@ -25,6 +25,19 @@ func newLive(clock floodgate.Clock) *live {
 	return &live{tops: topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: 1})}
 }
 
+// retain forgets the top keys of limiters and rules that set no longer
+// has, after a reload.
+func (lv *live) retain(set *limiterSet) {
+	lv.tops.Retain(func(limiter, rule string) bool {
+		l := set.byName[limiter]
+		if l == nil {
+			return false
+		}
+		_, ok := l.Rule(rule)
+		return ok
+	})
+}
+
 // observe is every limiter's floodgate.Observer: the metrics' count, the
 // top keys and the per-second counts.
 func (s *Server) observe(ctx context.Context, e floodgate.Event) {

@@ -405,6 +405,7 @@ func (s *Server) Reload() error {
 	}
 	s.state.Store(&reloadState{loadedAt: now})
 	s.metrics.reloadOK(now)
+	s.live.retain(s.limiters.Load())
 	return nil
 }
 

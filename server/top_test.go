@@ -3,8 +3,12 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/topkeys"
 )
 
 func TestTopEndpoint(t *testing.T) {
@@ -156,5 +160,37 @@ func TestRatesRing(t *testing.T) {
 	got = r.series("api", 1002, 2)
 	if got[0][0] != 3 || got[1][1] != 0 {
 		t.Errorf("series %v: want 3 allowed at 1000, nothing left at 1001 (reused)", got)
+	}
+}
+
+// TestTopAfterReload: a reload that keeps a rule keeps its top keys; one
+// that drops the rule drops them, and /v1/top no longer knows it.
+func TestTopAfterReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, limitConfig(1))
+	ts := newTestServer(t, limitConfig(1), nil, func(s *Server) { s.ConfigPath = path })
+	for i := 0; i < 3; i++ {
+		ts.decide("/v1/check", `{"limiter":"api","attributes":{"user":"mallory"}}`)
+	}
+	denials := func() int64 {
+		rep, _ := ts.live.tops.Top("api", "per-user", topkeys.Denials, time.Minute, 1)
+		if len(rep.Entries) == 0 {
+			return 0
+		}
+		return rep.Entries[0].Count
+	}
+	writeFile(t, path, limitConfig(2))
+	if err := ts.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := denials(); got != 2 {
+		t.Errorf("after a reload keeping per-user: %d denials, want 2", got)
+	}
+	writeFile(t, path, strings.ReplaceAll(limitConfig(2), "per-user", "per-account"))
+	if err := ts.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := denials(); got != 0 {
+		t.Errorf("after a reload dropping per-user: %d denials kept, want 0", got)
 	}
 }

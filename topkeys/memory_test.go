@@ -14,8 +14,8 @@ import (
 // TestFloodOfDistinctKeys sends a million distinct keys (a tenth of that
 // under the race detector) through a rule whose every decision is a denial,
 // over sixteen minutes, so that every minute of the ring fills for both
-// kinds (decisions sampled as by default), with one key sent every
-// thousandth decision among them. The heap grows by no more than the
+// kinds (decisions sampled as by default), with one key sent 1,000 times
+// among them, evenly spread. The heap grows by no more than the
 // sketch's bound, and the repeated key is in the top 10 of the last 15
 // minutes with a count within its stated error.
 func TestFloodOfDistinctKeys(t *testing.T) {
@@ -44,7 +44,7 @@ func TestFloodOfDistinctKeys(t *testing.T) {
 			clock.Advance(time.Minute)
 		}
 		attrs["ip"] = "10." + strconv.Itoa(i)
-		if i%1000 == 500 {
+		if i%(n/1000) == n/2000 { // 1,000 times, evenly spread
 			attrs["ip"] = "attacker"
 			sent++
 		}

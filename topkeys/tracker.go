@@ -236,6 +236,29 @@ func (t *Tracker) rule(lt *limiterTops, name string) *ruleTops {
 	return rt
 }
 
+// Retain forgets every limiter's rule for which keep returns false, and
+// its memory: call it when limiters or rules go away (a configuration
+// reload), so that a Tracker's memory follows the rules in use.
+func (t *Tracker) Retain(keep func(limiter, rule string) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var limiters []*limiterTops
+	for _, lt := range *t.limiters.Load() {
+		var rules []*ruleTops
+		for _, rt := range *lt.rules.Load() {
+			if keep(lt.name, rt.name) {
+				rules = append(rules, rt)
+			}
+		}
+		if len(rules) == 0 {
+			continue
+		}
+		lt.rules.Store(&rules) // under mu, as rule adds
+		limiters = append(limiters, lt)
+	}
+	t.limiters.Store(&limiters)
+}
+
 // find returns the rule's entry, or nil when it was never observed.
 func (t *Tracker) find(limiter, rule string) *ruleTops {
 	for _, lt := range *t.limiters.Load() {

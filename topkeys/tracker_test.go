@@ -265,3 +265,24 @@ func TestSampledDecisions(t *testing.T) {
 		t.Errorf("denials %v (total %d), want heavy exactly 2000", d.Entries, d.Total)
 	}
 }
+
+func TestRetain(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	for _, lr := range [][2]string{{"a", "r1"}, {"a", "r2"}, {"b", "r1"}} {
+		tops.Add(lr[0], lr[1], "k", true)
+	}
+	tops.Retain(func(limiter, rule string) bool { return limiter == "a" && rule == "r2" })
+	for _, tc := range []struct {
+		limiter, rule string
+		want          int
+	}{{"a", "r1", 0}, {"a", "r2", 1}, {"b", "r1", 0}} {
+		r, _ := tops.Top(tc.limiter, tc.rule, topkeys.Denials, time.Minute, 10)
+		if len(r.Entries) != tc.want {
+			t.Errorf("%s/%s after Retain: %v, want %d keys", tc.limiter, tc.rule, r.Entries, tc.want)
+		}
+	}
+	tops.Add("b", "r1", "k", true) // a forgotten rule starts afresh
+	if r, _ := tops.Top("b", "r1", topkeys.Denials, time.Minute, 10); fmt.Sprint(r.Entries) != "[{k 1 0}]" {
+		t.Errorf("b/r1 again: %v", r.Entries)
+	}
+}
