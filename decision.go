@@ -84,6 +84,11 @@ type RuleDecision struct {
 	burst int64 // the capacity charged under (TokenBucket, GCRA)
 }
 
+// Key returns the key the rule was applied to: the rule's key attribute
+// values, escaped and joined with ':', or "*" for a rule without key
+// attributes. Keys are personal data; never put them in metric labels.
+func (r RuleDecision) Key() string { return r.key }
+
 // Rules returns the applied rules' results in rule order. Rules skipped for
 // lack of a key are absent. The slice aliases d.
 func (d *Decision) Rules() []RuleDecision {

@@ -20,11 +20,29 @@ if ! need_redis; then
 	exit 1
 fi
 
+# The status page is tested in headless Chromium (server's
+# TestStatusPageInBrowser).
+if ! command -v chromium >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "test.sh: installing chromium with apt-get" >&2
+		apt-get update -qq >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+	fi
+fi
+if ! command -v chromium >/dev/null; then
+	echo "test.sh: chromium is required for the status page's test: apt-get install chromium" >&2
+	exit 1
+fi
+
 go test -race -count=1 -timeout 30m ./...
 
 # The full-size key flood (10M distinct keys against a 100k-key cap) is too
 # slow under the race detector, which runs a scaled-down version above.
 go test -count=1 -run '^TestFloodDistinctKeys$' ./store/memory
+
+# The top-keys flood at full size (1M distinct keys); the race detector run
+# above sends 100k.
+go test -count=1 -run '^TestFloodOfDistinctKeys$' ./topkeys
 
 # The chi example is its own module, so chi stays out of floodgate's go.mod.
 (cd examples/http && go test -race -count=1 ./...)

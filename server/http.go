@@ -34,6 +34,8 @@ func (s *Server) Handler() http.Handler {
 		{"/v1/refund", http.MethodPost, "refund", s.handleRefund},
 		{"/v1/reset", http.MethodPost, "reset", s.admin(s.handleReset)},
 		{"/v1/limiters", http.MethodGet, "limiters", s.handleLimiters},
+		{"/v1/top", http.MethodGet, "top", s.admin(s.handleTop)},
+		{statusPath, http.MethodGet, "status", s.adminPage(s.handleStatusPage)},
 		{"/healthz", http.MethodGet, "healthz", s.handleHealthz},
 		{"/readyz", http.MethodGet, "readyz", s.handleReadyz},
 		{"/healthcheck", http.MethodGet, "healthcheck", s.handleHealthcheck}, // the reference service's (reference.go)

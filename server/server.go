@@ -115,6 +115,7 @@ type Server struct {
 	limiters atomic.Pointer[limiterSet]
 	state    atomic.Pointer[reloadState]
 	metrics  *metrics
+	live     *live // top keys and per-second counts (live.go)
 	envoy    *envoy.Service
 	store    floodgate.Store // Store, instrumented
 	secret   []byte
@@ -181,6 +182,7 @@ func (s *Server) Open() error {
 		return err
 	}
 	s.metrics = m
+	s.live = newLive(s.Clock)
 	s.store = m.instrument(s.Store)
 	set, err := s.build(s.Config)
 	if err != nil {
@@ -363,7 +365,7 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 	for i := range c.Limiters {
 		cl := &c.Limiters[i]
 		l, err := cl.New(s.store, floodgate.Options{
-			Observer: s.metrics.observe,
+			Observer: s.observe,
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 		})
@@ -405,6 +407,7 @@ func (s *Server) Reload() error {
 	}
 	s.state.Store(&reloadState{loadedAt: now})
 	s.metrics.reloadOK(now)
+	s.live.retain(s.limiters.Load())
 	return nil
 }
 

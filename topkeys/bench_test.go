@@ -1,0 +1,96 @@
+package topkeys_test
+
+// BenchmarkOverhead measures what a Tracker adds to a one-rule memory
+// decision: the same limiter setup as store/memory's rules=1/keys=10k
+// (a token bucket per user, 10k existing keys drawn uniformly, every
+// decision admitted), without an observer, with an observer that does
+// nothing (the cost of observing at all), with a Tracker as it comes
+// (decisions sampled 1 in 8) and with one that counts every decision.
+// A round runs them one after the other; run rounds by running the test
+// binary repeatedly (go test -count repeats each sub-benchmark in a row):
+//
+//	go test -c -o /tmp/topkeys.test ./topkeys
+//	for i in $(seq 10); do /tmp/topkeys.test -test.run '^$' -test.bench Overhead -test.benchmem -test.benchtime 200ms; done
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
+	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/topkeys"
+)
+
+func BenchmarkOverhead(b *testing.B) {
+	overhead(b, floodgate.Rule{Name: "per-user", Algorithm: floodgate.TokenBucket,
+		Limit: 1_000_000_000, Window: time.Second, Key: []string{"user"}}, true)
+}
+
+// BenchmarkOverheadDenied is BenchmarkOverhead with every decision denied
+// (a fixed window of 1 per hour, already used): the path of an attack,
+// where a Tracker counts every decision as a denial, sampled or not.
+func BenchmarkOverheadDenied(b *testing.B) {
+	overhead(b, floodgate.Rule{Name: "per-user", Algorithm: floodgate.FixedWindow,
+		Limit: 1, Window: time.Hour, Key: []string{"user"}}, false)
+}
+
+func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
+	attrs := make([]floodgate.Attributes, 10_000)
+	for i := range attrs {
+		attrs[i] = floodgate.Attributes{"user": "user-" + strconv.Itoa(i)}
+	}
+	for _, bc := range []struct {
+		name     string
+		observer func() floodgate.Observer
+	}{
+		{"observer=none", func() floodgate.Observer { return nil }},
+		{"observer=noop", func() floodgate.Observer { return func(context.Context, floodgate.Event) {} }},
+		{"observer=topkeys", func() floodgate.Observer { return topkeys.New(nil).Observe }},
+		{"observer=topkeys-unsampled", func() floodgate.Observer {
+			return topkeys.New(&topkeys.Options{DecisionSample: 1}).Observe
+		}},
+	} {
+		for _, parallel := range []bool{false, true} {
+			name := bc.name + "/serial"
+			if parallel {
+				name = bc.name + "/parallel"
+			}
+			b.Run(name, func(b *testing.B) {
+				st := memory.New(&memory.Options{MaxKeys: 4 * len(attrs), SweepInterval: -1})
+				defer st.Close()
+				l, err := floodgate.New("bench", st, []floodgate.Rule{rule}, &floodgate.Options{Observer: bc.observer()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx := context.Background()
+				for _, a := range attrs {
+					l.Allow(ctx, a)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				defer benchtool.ReportCPU(b, benchtool.CPU())
+				if !parallel {
+					r := benchtool.NewRand()
+					for b.Loop() {
+						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); d.Allowed != admit {
+							b.Fatalf("allowed %v, want %v", d.Allowed, admit)
+						}
+					}
+					return
+				}
+				b.RunParallel(func(pb *testing.PB) {
+					r := benchtool.NewRand()
+					for pb.Next() {
+						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); d.Allowed != admit {
+							b.Errorf("allowed %v, want %v", d.Allowed, admit)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}

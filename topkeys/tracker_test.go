@@ -1,0 +1,288 @@
+package topkeys_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/topkeys"
+)
+
+var start = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// observed returns a limiter whose decisions a fresh Tracker observes,
+// both on clock, counting every decision (no sampling) unless sample says
+// otherwise.
+func observed(t testing.TB, clock floodgate.Clock, rules ...floodgate.Rule) (*floodgate.Limiter, *topkeys.Tracker) {
+	return observedSampled(t, clock, 1, rules...)
+}
+
+func observedSampled(t testing.TB, clock floodgate.Clock, sample int, rules ...floodgate.Rule) (*floodgate.Limiter, *topkeys.Tracker) {
+	t.Helper()
+	tops := topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: sample})
+	st := memory.New(&memory.Options{MaxKeys: 10_000, SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	l, err := floodgate.New("api", st, rules, &floodgate.Options{Clock: clock, Observer: tops.Observe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, tops
+}
+
+func top(t testing.TB, tops *topkeys.Tracker, rule string, kind topkeys.Kind, span time.Duration, n int) topkeys.Report {
+	t.Helper()
+	r, err := tops.Top("api", rule, kind, span, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestTopCountsDenialsAndDecisionsPerRule(t *testing.T) {
+	clock := floodgate.NewManualClock(start)
+	l, tops := observed(t, clock,
+		floodgate.Rule{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour},
+		floodgate.Rule{Name: "per-org", Key: []string{"org"}, Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour})
+	ctx := context.Background()
+	send := func(user string, n int) {
+		for range n {
+			l.Allow(ctx, floodgate.Attributes{"user": user, "org": "acme"})
+		}
+	}
+	send("alice", 10) // 3 admitted, 7 denied by per-user
+	send("bob", 5)    // 3 admitted, 2 denied
+	send("carol", 1)
+
+	got := top(t, tops, "per-user", topkeys.Denials, time.Minute, 10)
+	want := []topkeys.Entry{{Key: "alice", Count: 7}, {Key: "bob", Count: 2}}
+	if fmt.Sprint(got.Entries) != fmt.Sprint(want) || got.Total != 9 {
+		t.Errorf("per-user denials = %v (total %d), want %v (total 9)", got.Entries, got.Total, want)
+	}
+	got = top(t, tops, "per-user", topkeys.Decisions, time.Minute, 2)
+	want = []topkeys.Entry{{Key: "alice", Count: 10}, {Key: "bob", Count: 5}}
+	if fmt.Sprint(got.Entries) != fmt.Sprint(want) || got.Total != 16 {
+		t.Errorf("per-user decisions = %v (total %d), want %v (total 16)", got.Entries, got.Total, want)
+	}
+	// per-org admitted everything it decided; it never denied.
+	if got := top(t, tops, "per-org", topkeys.Denials, time.Minute, 10); len(got.Entries) != 0 {
+		t.Errorf("per-org denials = %v, want none", got.Entries)
+	}
+	got = top(t, tops, "per-org", topkeys.Decisions, time.Minute, 10)
+	if want := []topkeys.Entry{{Key: "acme", Count: 16}}; fmt.Sprint(got.Entries) != fmt.Sprint(want) {
+		t.Errorf("per-org decisions = %v, want %v", got.Entries, want)
+	}
+	if got := top(t, tops, "no-such-rule", topkeys.Denials, time.Minute, 10); len(got.Entries) != 0 || got.Total != 0 {
+		t.Errorf("unknown rule: %+v, want an empty report", got)
+	}
+}
+
+func TestShadowRuleDenialsAndStoreFailures(t *testing.T) {
+	clock := floodgate.NewManualClock(start)
+	l, tops := observed(t, clock,
+		floodgate.Rule{Name: "dark", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Shadow: true})
+	ctx := context.Background()
+	for range 4 {
+		if d := l.Allow(ctx, floodgate.Attributes{"user": "u"}); !d.Allowed {
+			t.Fatal("a shadow rule denied")
+		}
+	}
+	got := top(t, tops, "dark", topkeys.Denials, time.Minute, 10)
+	if want := []topkeys.Entry{{Key: "u", Count: 3}}; fmt.Sprint(got.Entries) != fmt.Sprint(want) {
+		t.Errorf("shadow denials = %v, want %v (would-be denials count)", got.Entries, want)
+	}
+
+	// A failing store's fail-closed denials are not a rule's denials.
+	tops = topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: 1})
+	l, err := floodgate.New("api", failing{}, []floodgate.Rule{{Name: "r", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second}},
+		&floodgate.Options{Clock: clock, Observer: tops.Observe, FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := l.Allow(ctx, floodgate.Attributes{"user": "u"}); d.Allowed || d.Reason != floodgate.ReasonStore {
+		t.Fatalf("decision %+v, want a fail-closed denial", d)
+	}
+	if got := top(t, tops, "r", topkeys.Denials, time.Minute, 10); len(got.Entries) != 0 {
+		t.Errorf("store failure counted as denials: %v", got.Entries)
+	}
+	if got := top(t, tops, "r", topkeys.Decisions, time.Minute, 10); len(got.Entries) != 1 || got.Entries[0].Count != 1 {
+		t.Errorf("decisions = %v, want u once", got.Entries)
+	}
+}
+
+// failing is a store whose every call fails.
+type failing struct{}
+
+func (failing) Apply(context.Context, *floodgate.Batch) error { return errors.New("down") }
+func (failing) InProcess() bool                               { return true }
+
+func TestSpansRollOverMinutes(t *testing.T) {
+	clock := floodgate.NewManualClock(start)
+	tops := topkeys.New(&topkeys.Options{Clock: clock})
+	add := func(key string, n int) {
+		for range n {
+			tops.Add("api", "r", key, true)
+		}
+	}
+	add("early", 5) // 12:00
+	clock.Advance(3 * time.Minute)
+	add("late", 2) // 12:03
+	for _, tc := range []struct {
+		span time.Duration
+		want string
+	}{
+		{time.Minute, "[{late 2 0}]"}, // 12:02 and 12:03
+		{90 * time.Second, "[{late 2 0}]"},
+		{3 * time.Minute, "[{early 5 0} {late 2 0}]"}, // 12:00 to 12:03
+		{15 * time.Minute, "[{early 5 0} {late 2 0}]"},
+	} {
+		r := top(t, tops, "r", topkeys.Denials, tc.span, 10)
+		if got := fmt.Sprint(r.Entries); got != tc.want {
+			t.Errorf("span %v: %s, want %s", tc.span, got, tc.want)
+		}
+	}
+	r := top(t, tops, "r", topkeys.Denials, 5*time.Minute, 10)
+	if want := start.Add(-2 * time.Minute); !r.Since.Equal(want) {
+		t.Errorf("Since = %v, want %v", r.Since, want)
+	}
+	// 16 minutes on, every minute of the ring has been reused or is stale.
+	clock.Advance(16 * time.Minute)
+	add("now", 1)
+	if r := top(t, tops, "r", topkeys.Denials, 15*time.Minute, 10); fmt.Sprint(r.Entries) != "[{now 1 0}]" || r.Total != 1 {
+		t.Errorf("after 16 minutes: %v (total %d), want only now", r.Entries, r.Total)
+	}
+	for _, span := range []time.Duration{0, -time.Minute, 16 * time.Minute} {
+		if _, err := tops.Top("api", "r", topkeys.Denials, span, 10); !errors.Is(err, topkeys.ErrSpan) {
+			t.Errorf("span %v: err %v, want ErrSpan", span, err)
+		}
+	}
+}
+
+func TestLongKeysAreBounded(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	long := strings.Repeat("x", 10_000)
+	tops.Add("api", "r", long, true)
+	tops.Add("api", "r", long, true)
+	tops.Add("api", "r", long+"y", true)
+	r := top(t, tops, "r", topkeys.Denials, time.Minute, 10)
+	if len(r.Entries) != 2 || r.Entries[0].Count != 2 || r.Entries[1].Count != 1 {
+		t.Fatalf("entries %v, want the two long keys apart", r.Entries)
+	}
+	for _, e := range r.Entries {
+		if len(e.Key) != topkeys.MaxKeyLen || !strings.HasPrefix(e.Key, "xxxx") {
+			t.Errorf("kept key of %d bytes (%.20q...), want %d", len(e.Key), e.Key, topkeys.MaxKeyLen)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Capacity: 16, DecisionSample: 1})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				tops.Add(fmt.Sprint("l", g%2), "r", fmt.Sprint("k", i%50), i%3 == 0)
+				if i%100 == 0 {
+					if _, err := tops.Top("l0", "r", topkeys.Decisions, time.Minute, 5); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var total int64
+	for _, l := range []string{"l0", "l1"} {
+		r, _ := tops.Top(l, "r", topkeys.Decisions, 2*time.Minute, 5)
+		total += r.Total
+	}
+	if total != 8000 {
+		t.Errorf("total decisions %d, want 8000", total)
+	}
+}
+
+func TestCountOfAnyKey(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start), DecisionSample: 1})
+	for range 3 {
+		tops.Add("api", "r", "a", false)
+	}
+	tops.Add("api", "r", "a", true)
+	for _, tc := range []struct {
+		kind topkeys.Kind
+		key  string
+		want topkeys.Entry
+	}{
+		{topkeys.Decisions, "a", topkeys.Entry{Key: "a", Count: 4}},
+		{topkeys.Denials, "a", topkeys.Entry{Key: "a", Count: 1}},
+		{topkeys.Denials, "b", topkeys.Entry{Key: "b"}},
+	} {
+		got, err := tops.Count("api", "r", tc.kind, time.Minute, tc.key)
+		if err != nil || got != tc.want {
+			t.Errorf("Count(%s, %s) = %+v, %v; want %+v", tc.kind, tc.key, got, err, tc.want)
+		}
+	}
+}
+
+func TestEpochClock(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: new(floodgate.ManualClock)})
+	tops.Add("api", "r", "a", true)
+	if r := top(t, tops, "r", topkeys.Denials, 15*time.Minute, 1); len(r.Entries) != 1 {
+		t.Errorf("entries %v, want a", r.Entries)
+	}
+}
+
+// TestSampledDecisions: with decisions sampled 1 in 8, the key that sends
+// half the decisions leads with a count within its stated error, and
+// denials are still all counted.
+func TestSampledDecisions(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start), DecisionSample: 8})
+	for i := range 20_000 {
+		key := "heavy"
+		if i%2 == 1 {
+			key = fmt.Sprint("k", i%1000)
+		}
+		tops.Add("api", "r", key, key == "heavy" && i%10 == 0)
+	}
+	r := top(t, tops, "r", topkeys.Decisions, time.Minute, 3)
+	if len(r.Entries) == 0 || r.Entries[0].Key != "heavy" {
+		t.Fatalf("decisions top %v, want heavy first", r.Entries)
+	}
+	if e := r.Entries[0]; e.Count-e.Error > 10_000 || e.Count+e.Error < 10_000 || e.Error > 2_000 {
+		t.Errorf("heavy: %d ± %d, want 10000 within a small error", e.Count, e.Error)
+	}
+	if r.Total < 18_000 || r.Total > 22_000 {
+		t.Errorf("total decisions %d, want about 20000", r.Total)
+	}
+	d := top(t, tops, "r", topkeys.Denials, time.Minute, 3)
+	if fmt.Sprint(d.Entries) != "[{heavy 2000 0}]" || d.Total != 2000 {
+		t.Errorf("denials %v (total %d), want heavy exactly 2000", d.Entries, d.Total)
+	}
+}
+
+func TestRetain(t *testing.T) {
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	for _, lr := range [][2]string{{"a", "r1"}, {"a", "r2"}, {"b", "r1"}} {
+		tops.Add(lr[0], lr[1], "k", true)
+	}
+	tops.Retain(func(limiter, rule string) bool { return limiter == "a" && rule == "r2" })
+	for _, tc := range []struct {
+		limiter, rule string
+		want          int
+	}{{"a", "r1", 0}, {"a", "r2", 1}, {"b", "r1", 0}} {
+		r, _ := tops.Top(tc.limiter, tc.rule, topkeys.Denials, time.Minute, 10)
+		if len(r.Entries) != tc.want {
+			t.Errorf("%s/%s after Retain: %v, want %d keys", tc.limiter, tc.rule, r.Entries, tc.want)
+		}
+	}
+	tops.Add("b", "r1", "k", true) // a forgotten rule starts afresh
+	if r, _ := tops.Top("b", "r1", topkeys.Denials, time.Minute, 10); fmt.Sprint(r.Entries) != "[{k 1 0}]" {
+		t.Errorf("b/r1 again: %v", r.Entries)
+	}
+}
