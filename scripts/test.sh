@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs floodgate's whole test suite on a fresh machine: installs what the tests
-# need (redis-server from Debian's packages), then the unit, property,
+# need (redis-server; podman, buildah and busybox-static for the image test,
+# from Debian's packages), then the unit, property,
 # conformance, end-to-end and short fuzz tests, all under the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,16 @@ if ! need_redis; then
 	echo "test.sh: redis-server and redis-cli are required: apt-get install redis-server" >&2
 	exit 1
 fi
+
+need_podman() {
+	command -v podman >/dev/null && command -v buildah >/dev/null && [ -x /bin/busybox ]
+}
+if ! need_podman && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	echo "test.sh: installing podman, buildah and busybox-static with apt-get" >&2
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman buildah busybox-static >/dev/null
+fi
+# (TestImage in cmd/floodgate fails, naming the install command, without them.)
 
 go test -race -count=1 -timeout 30m ./...
 
