@@ -40,7 +40,7 @@ type k8sDeployment struct {
 		Selector labelSelector `yaml:"selector"`
 		Template struct {
 			Metadata objectMeta `yaml:"metadata"`
-			Spec     k8sPodSpec    `yaml:"spec"`
+			Spec     k8sPodSpec `yaml:"spec"`
 		} `yaml:"template"`
 	} `yaml:"spec"`
 }
@@ -61,14 +61,14 @@ type k8sPodSpec struct {
 }
 
 type k8sContainer struct {
-	Name           string   `yaml:"name"`
-	Image          string   `yaml:"image"`
-	Command        []string `yaml:"command"`
-	Args           []string `yaml:"args"`
-	Env            []k8sEnv `yaml:"env"`
-	Ports          []k8sPort   `yaml:"ports"`
-	ReadinessProbe *k8sProbe   `yaml:"readinessProbe"`
-	LivenessProbe  *k8sProbe   `yaml:"livenessProbe"`
+	Name           string    `yaml:"name"`
+	Image          string    `yaml:"image"`
+	Command        []string  `yaml:"command"`
+	Args           []string  `yaml:"args"`
+	Env            []k8sEnv  `yaml:"env"`
+	Ports          []k8sPort `yaml:"ports"`
+	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
 	Resources      struct {
 		Limits map[string]string `yaml:"limits"`
 	} `yaml:"resources"`
