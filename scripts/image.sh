@@ -6,7 +6,8 @@
 #   IMAGE=registry.example/floodgate:v1 ./scripts/image.sh
 #
 # Environment:
-#   IMAGE       the tag to build (default localhost/floodgate:<version>)
+#   IMAGE       the tag to build (default localhost/floodgate:<version>, also
+#               tagged localhost/floodgate:latest)
 #   VERSION     the version stamped into the binary (default: from git, see
 #               scripts/version.sh)
 #   BUILDER     "registry": the Containerfile's Go image (GO_IMAGE);
@@ -42,7 +43,11 @@ else
 fi
 
 . scripts/version.sh
-IMAGE=${IMAGE:-localhost/floodgate:$VERSION}
+latest=
+if [ -z "${IMAGE:-}" ]; then
+	IMAGE=localhost/floodgate:$VERSION
+	latest=localhost/floodgate:latest # what deploy/ and compose.yaml name
+fi
 ISOLATION=${ISOLATION:-chroot}
 MAX_MB=${MAX_MB:-32}
 GO_IMAGE=${GO_IMAGE:-$(sed -n 's/^ARG GO_IMAGE=//p' Containerfile)}
@@ -129,6 +134,9 @@ if [ "$tool" = podman ]; then
 else
 	buildah bud --isolation "$ISOLATION" "${build_args[@]}" -f Containerfile -t "$IMAGE" . >&2
 	size=$(buildah inspect --type image --format '{{.ImageSize}}' "$IMAGE" 2>/dev/null || echo 0)
+fi
+if [ -n "$latest" ]; then
+	$tool tag "$IMAGE" "$latest"
 fi
 if [ "$size" -gt $((MAX_MB * 1024 * 1024)) ]; then
 	die "$IMAGE is $size bytes, over the ${MAX_MB} MiB limit"
