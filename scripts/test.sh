@@ -1,37 +1,28 @@
 #!/usr/bin/env bash
 # Runs floodgate's whole test suite on a fresh machine: installs what the tests
-# need (redis-server from Debian's packages), then the unit, property,
-# conformance, end-to-end and short fuzz tests, all under the race detector.
+# need from Debian's packages, then the unit, property, conformance,
+# end-to-end, browser and image tests under the race detector, and short fuzz
+# runs of every parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_redis() {
-	command -v redis-server >/dev/null && command -v redis-cli >/dev/null
-}
-if ! need_redis; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "test.sh: installing redis-server with apt-get" >&2
-		apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+# What the tests need from Debian, by the command that shows it is there:
+# redis-server (the Redis store's tests), chromium (the status page's
+# browser test), podman, buildah and busybox-static (the image test).
+missing=()
+command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing+=(redis-server)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v podman >/dev/null || missing+=(podman)
+command -v buildah >/dev/null || missing+=(buildah)
+[ -x /bin/busybox ] || missing+=(busybox-static)
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+		echo "test.sh: missing ${missing[*]}: apt-get install ${missing[*]}" >&2
+		exit 1
 	fi
-fi
-if ! need_redis; then
-	echo "test.sh: redis-server and redis-cli are required: apt-get install redis-server" >&2
-	exit 1
-fi
-
-# The status page is tested in headless Chromium (server's
-# TestStatusPageInBrowser).
-if ! command -v chromium >/dev/null; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-		echo "test.sh: installing chromium with apt-get" >&2
-		apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-	fi
-fi
-if ! command -v chromium >/dev/null; then
-	echo "test.sh: chromium is required for the status page's test: apt-get install chromium" >&2
-	exit 1
+	echo "test.sh: installing ${missing[*]} with apt-get" >&2
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 go test -race -count=1 -timeout 30m ./...

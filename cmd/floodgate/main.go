@@ -63,6 +63,7 @@ var commands = []command{
 	{"check", "ask a running service for one decision", (*Main).check},
 	{"load", "generate load against a running service and measure it", (*Main).load},
 	{"ratelimit", "run as Envoy's reference rate limit service, configured by its environment (ratelimit.go)", (*Main).ratelimit},
+	{"version", "print the version, VCS revision and Go version", (*Main).version},
 }
 
 const usageHead = `floodgate is a rate-limiting decision service.
@@ -105,6 +106,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		m.usage(m.Stdout)
 		return exitOK
+	case "-version", "--version":
+		return m.version(ctx, args[1:])
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
