@@ -347,6 +347,39 @@ func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 			}
 		}
 	})
+	t.Run("lease_then_rest", func(t *testing.T) {
+		// Releasing the leases (LeaseTicket) leaves the rest of the
+		// ticket refundable, once, and the other order works too.
+		for _, leaseFirst := range []bool{true, false} {
+			f := newFixture(t, store, fmt.Sprint("refund-lease-rest-", leaseFirst), nil,
+				counterRule("c", floodgate.Concurrency, 2, "user"),
+				floodgate.Rule{Name: "w", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}})
+			d := f.admit(x, 1)
+			lt, t2 := d.LeaseTicket(), d.Ticket()
+			if len(lt.Entries) != 1 || lt.Entries[0].Rule != "c" {
+				t.Fatalf("LeaseTicket entries %+v, want the concurrency rule alone", lt.Entries)
+			}
+			first, second := lt, t2
+			if !leaseFirst {
+				first, second = t2, lt
+			}
+			for _, tk := range []floodgate.Ticket{first, second, t2} {
+				if err := f.lim.Refund(f.ctx, tk); err != nil {
+					t.Fatalf("Refund: %v", err)
+				}
+			}
+			if got := f.remaining(x); got["c"] != 2 || got["w"] != 10 {
+				t.Fatalf("lease first %v: after both refunds remaining %v, want c:2 w:10", leaseFirst, got)
+			}
+			f.admit(x, 1)
+			if err := f.lim.Refund(f.ctx, t2); err != nil {
+				t.Fatalf("Refund: %v", err)
+			}
+			if got := f.remaining(x); got["w"] != 9 {
+				t.Fatalf("lease first %v: a spent ticket refunded again: remaining %v, want w:9", leaseFirst, got)
+			}
+		}
+	})
 	t.Run("lease_expired", func(t *testing.T) {
 		f := newFixture(t, store, "refund-lease", nil, counterRule("r", floodgate.Concurrency, 2, "user"))
 		a := f.admit(x, 1)

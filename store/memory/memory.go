@@ -212,7 +212,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 	}
 	s.lock(locks)
 	var ticketShard *shard
-	if b.Mode == floodgate.ModeRefund {
+	if b.Mode == floodgate.ModeRefund && !leasesOnly(b) {
 		// The spent-ticket record lives with the first op's shard, which
 		// is locked; so the check and the refund are one atomic step.
 		ticketShard = &s.shards[shardOf[0]]
@@ -416,12 +416,26 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 			settle(&p, op, e, v, false, now)
 			e.wrote = false
 		}
-		ticketShard.spent[b.Ticket] = now + keep
+		if ticketShard != nil {
+			ticketShard.spent[b.Ticket] = now + keep
+		}
 	case floodgate.ModeReset:
 		for i := range b.Ops {
 			b.Ops[i].Result = floodgate.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
 		}
 	}
+}
+
+// leasesOnly reports whether every op of b is a Concurrency rule: a refund
+// of leases alone is idempotent and keeps no spent-ticket record (see
+// floodgate.ModeRefund).
+func leasesOnly(b *floodgate.Batch) bool {
+	for i := range b.Ops {
+		if b.Ops[i].Params.Algorithm != floodgate.Concurrency {
+			return false
+		}
+	}
+	return true
 }
 
 func toAlgo(p *floodgate.Params) algo.Params {

@@ -145,3 +145,15 @@ func (c *denyCache) forget(b *floodgate.Batch) {
 		sh.mu.Unlock()
 	}
 }
+
+// leasesOnly reports whether every op of b is a Concurrency rule: a refund
+// of leases alone is idempotent and keeps no spent-ticket record (see
+// floodgate.ModeRefund).
+func leasesOnly(b *floodgate.Batch) bool {
+	for i := range b.Ops {
+		if b.Ops[i].Params.Algorithm != floodgate.Concurrency {
+			return false
+		}
+	}
+	return true
+}

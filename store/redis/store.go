@@ -269,6 +269,9 @@ func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 		now = ref
 	}
 	mode := int(b.Mode)
+	if b.Mode == floodgate.ModeRefund && leasesOnly(b) {
+		mode = modeCompensate // idempotent: no spent-ticket record (see floodgate.ModeRefund)
+	}
 	if !s.run.cluster() {
 		one := &single{}
 		g := &one.g
