@@ -54,56 +54,70 @@ func cacheable(op *floodgate.Op) bool {
 	return !op.Shadow && op.Params.Algorithm != floodgate.Concurrency
 }
 
+// lookup returns the cached denial of op at cost if it still holds at now
+// and answers exactly what Redis would: the same parameters and the same
+// cost (a fixed window denies every cost it cannot fit until the same
+// instant, so any cost from the cached one up to the limit).
 func (c *denyCache) lookup(op *floodgate.Op, cost, now int64) (denial, bool) {
 	k := cacheKey{op.Scope, op.Key}
 	sh := c.shard(k)
 	sh.mu.Lock()
 	d, ok := sh.m[k]
 	sh.mu.Unlock()
-	if !ok || now >= d.until || cost < d.cost || d.params != op.Params {
+	if !ok || now >= d.until || d.params != op.Params {
+		return denial{}, false
+	}
+	if cost != d.cost && (op.Params.Algorithm != floodgate.FixedWindow || cost < d.cost || cost > op.Params.Limit) {
 		return denial{}, false
 	}
 	return d, true
 }
 
-// deny answers the consume b locally when one of its enforced rules is
-// known to deny its cost now, and reports whether it did. Rules found in
-// the cache report the cached denial; the other rules, not evaluated,
-// report admitted with their full limit (meaning "not consulted"). It is
-// never used for peeks or records, which must report true state.
+// maxLocal is how many rules a decision answered locally may have.
+const maxLocal = 8
+
+// deny answers the consume b locally when every one of its rules is a
+// cached denial that still holds, and reports whether it did. A local
+// answer is the one Redis would give, from what Redis last said of each
+// rule: the retry after the latest of the denials, each rule's remaining
+// units as reported, the reset and retry measured from those reports. A
+// decision with any rule the cache does not know denied (an admitting
+// rule, a shadow or concurrency rule, another cost) goes to Redis: another
+// rule may deny it for longer. It is never used for peeks or records,
+// which must report true state.
 func (c *denyCache) deny(b *floodgate.Batch, now int64) bool {
-	// first is the first op found denied: the ops before it were just
-	// looked up and missed, so only those after it are looked up again.
-	first := -1
-	var d denial
-	for i := range b.Ops {
-		if op := &b.Ops[i]; cacheable(op) {
-			var ok bool
-			if d, ok = c.lookup(op, b.Cost, now); ok {
-				first = i
-				break
-			}
-		}
-	}
-	if first < 0 {
+	if len(b.Ops) > maxLocal || !cacheable(&b.Ops[0]) {
 		return false
 	}
+	var ds [maxLocal]denial
 	for i := range b.Ops {
 		op := &b.Ops[i]
+		var ok bool
+		if !cacheable(op) {
+			return false
+		}
+		if ds[i], ok = c.lookup(op, b.Cost, now); !ok {
+			return false
+		}
+	}
+	for i := range b.Ops {
+		op, d := &b.Ops[i], &ds[i]
 		op.Stamp = 0
-		hit := i == first
-		if i > first && cacheable(op) {
-			d, hit = c.lookup(op, b.Cost, now)
+		op.Result = floodgate.Result{
+			Remaining:  d.rem,
+			RetryAfter: wholeMicros(d.until - now),
+			ResetAfter: wholeMicros(max(d.until, d.resetAt) - now),
 		}
-		if hit {
-			retry := time.Duration(d.until - now)
-			op.Result = floodgate.Result{Remaining: d.rem, RetryAfter: retry, ResetAfter: max(retry, time.Duration(d.resetAt-now))}
-			continue
-		}
-		op.Result = floodgate.Result{Allowed: true, Remaining: op.Params.Limit}
 	}
 	b.Allowed = false
 	return true
+}
+
+// wholeMicros is ns as a Duration rounded up to a whole microsecond, the
+// unit of every duration a decision reports: a client that waits that long
+// waits at least as long as the cached denial holds.
+func wholeMicros(ns int64) time.Duration {
+	return time.Duration((ns+999)/1000) * time.Microsecond
 }
 
 // learn remembers the denials in b's results, measured from now, the local
