@@ -20,8 +20,25 @@ type denyCache struct {
 type denyShard struct {
 	mu sync.Mutex
 	m  map[cacheKey]denial
-	_  [40]byte
+	// gave holds the keys a cross-slot compensation of this store gave
+	// units back to, with the local time (ns) it landed: a denial of such
+	// a key in the answer to a request sent before then may have seen the
+	// units that were given back, and is not learned.
+	gave map[cacheKey]int64
+	_    [32]byte
 }
+
+// gaveKeep is how long (ns) a compensation is remembered: longer than any
+// request that could have seen the units it gave back is in flight.
+const gaveKeep = int64(10 * time.Second)
+
+// ClusterDenyBound is the longest a Store on a Redis Cluster with TagRule
+// keeps a cached denial. A cross-slot decision charges its rules' slots
+// one by one and gives back what it charged when another slot denies; a
+// replica that saw a key denied in between holds a denial Redis no longer
+// does, and can learn of the give-back only by asking. The bound is how
+// long such a replica can deny a unit that is free.
+const ClusterDenyBound = time.Second
 
 type cacheKey struct{ scope, key string }
 
@@ -38,6 +55,7 @@ func newDenyCache(size int) *denyCache {
 	c := &denyCache{seed: maphash.MakeSeed(), per: max(1, size/16)}
 	for i := range c.shards {
 		c.shards[i].m = make(map[cacheKey]denial)
+		c.shards[i].gave = make(map[cacheKey]int64)
 	}
 	return c
 }
@@ -120,10 +138,11 @@ func wholeMicros(ns int64) time.Duration {
 	return time.Duration((ns+999)/1000) * time.Microsecond
 }
 
-// learn remembers the denials in b's results, measured from now, the local
-// time taken before the request was sent, so the cached denial lifts no
-// later than the server's.
-func (c *denyCache) learn(b *floodgate.Batch, now int64) {
+// learn remembers the denials in b's results, measured from sent, the
+// local time taken before the request was sent, so the cached denial lifts
+// no later than the server's; bound > 0 caps how long (ns) a denial is
+// kept (see ClusterDenyBound).
+func (c *denyCache) learn(b *floodgate.Batch, sent, bound int64) {
 	for i := range b.Ops {
 		op := &b.Ops[i]
 		r := &op.Result
@@ -131,18 +150,48 @@ func (c *denyCache) learn(b *floodgate.Batch, now int64) {
 			continue
 		}
 		k := cacheKey{op.Scope, op.Key}
-		d := denial{until: now + int64(r.RetryAfter), resetAt: now + int64(r.ResetAfter), cost: b.Cost, rem: r.Remaining, params: op.Params}
+		d := denial{until: sent + int64(r.RetryAfter), resetAt: sent + int64(r.ResetAfter), cost: b.Cost, rem: r.Remaining, params: op.Params}
+		if bound > 0 {
+			d.until = min(d.until, sent+bound)
+		}
 		sh := c.shard(k)
 		sh.mu.Lock()
+		if at, ok := sh.gave[k]; ok && at >= sent {
+			sh.mu.Unlock()
+			continue // a compensation may have given back what Redis saw
+		}
 		if _, ok := sh.m[k]; !ok && len(sh.m) >= c.per {
 			for ok, v := range sh.m {
-				if v.until <= now {
+				if v.until <= sent {
 					delete(sh.m, ok)
 				}
 			}
 		}
 		if _, ok := sh.m[k]; ok || len(sh.m) < c.per {
 			sh.m[k] = d
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// gaveBack drops the cached denials of the ops at idx, to which a
+// cross-slot compensation gave units back at the local time at (ns), and
+// keeps answers to requests sent before then from teaching them again.
+func (c *denyCache) gaveBack(b *floodgate.Batch, idx []int, at int64) {
+	for _, i := range idx {
+		k := cacheKey{b.Ops[i].Scope, b.Ops[i].Key}
+		sh := c.shard(k)
+		sh.mu.Lock()
+		delete(sh.m, k)
+		if len(sh.gave) >= c.per {
+			for g, t := range sh.gave {
+				if t < at-gaveKeep {
+					delete(sh.gave, g)
+				}
+			}
+		}
+		if len(sh.gave) < c.per {
+			sh.gave[k] = at
 		}
 		sh.mu.Unlock()
 	}

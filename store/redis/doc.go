@@ -60,7 +60,9 @@
 //   - a denied decision's units stay charged on the other slots for at most
 //     one more round trip, during which a concurrent decision may be denied
 //     that would have been admitted: the skew is towards strictness, bounded
-//     by one round trip;
+//     by one round trip, and by ClusterDenyBound where another replica's
+//     over-limit cache learned such a denial (the store that gave the units
+//     back drops its own);
 //   - if the compensation itself fails (a node went away), those units stay
 //     charged until their window passes: stricter, never looser.
 //
