@@ -477,6 +477,56 @@ func TestChargeAfter(t *testing.T) {
 	}
 }
 
+// ChargeAfter over an in-flight cap plus a token budget: the handler holds
+// its lease while it runs (an overlapping request is refused), and after it
+// the lease is released and the tokens are charged to the budget alone.
+func TestChargeAfterWithConcurrency(t *testing.T) {
+	rules := []floodgate.Rule{
+		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"ip"}},
+		{Name: "tokens", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute, Key: []string{"ip"}},
+	}
+	f := newFixture(t, rules, nil)
+	entered, finish := make(chan struct{}), make(chan struct{})
+	llm := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-finish
+		}
+		AddCost(r.Context(), 30)
+		io.WriteString(w, "completion")
+	})
+	srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(nil)}, Kind: Cost, ChargeAfter: true}, llm)
+	done := make(chan result)
+	go func() { done <- get(t, srv.URL+"/slow") }()
+	<-entered
+	res := get(t, srv.URL)
+	close(finish)
+	if res.status != 429 || !strings.Contains(res.body, `["in-flight"]`) {
+		t.Fatalf("overlapping request: %d %s, want 429 by in-flight", res.status, res.body)
+	}
+	if first := <-done; first.status != 200 {
+		t.Fatalf("first: %d", first.status)
+	}
+	ip := floodgate.Attributes{"ip": "127.0.0.1"}
+	d, err := f.lim.Peek(context.Background(), ip, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range d.Rules() {
+		want := map[string]int64{"in-flight": 1, "tokens": 70}[r.Name]
+		if r.Remaining != want {
+			t.Errorf("after the request: %s has %d left, want %d (lease released, 30 tokens charged)", r.Name, r.Remaining, want)
+		}
+	}
+	res = get(t, srv.URL) // the slot is free again
+	if res.status != 200 {
+		t.Fatalf("next request: %d %s", res.status, res.body)
+	}
+	if got := res.header.Values(HeaderRateLimit); len(got) != 2 || got[0] != `"tokens";r=70;t=60` || got[1] != `"in-flight";r=0;t=60` {
+		t.Errorf("RateLimit = %q", got)
+	}
+}
+
 func TestLegacyHeaders(t *testing.T) {
 	f := newFixture(t, perIP(5, 30*time.Second), nil)
 	srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(nil)}, LegacyHeaders: true}, ok)
