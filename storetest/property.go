@@ -31,12 +31,7 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 	if bucket && hr.override && rng.IntN(2) == 0 {
 		hr.overrideBurst = between(1, 3*alt)
 	}
-	burstOf := func(l int64) int64 {
-		if hr.burst != 0 {
-			return hr.burst
-		}
-		return l
-	}
+	burstOf := func(l int64) int64 { return floodgate.ScaledBurst(limit, hr.burst, l) }
 	hr.alts = []limits{{limit, burstOf(limit)}}
 	if hr.dynamic {
 		hr.alts = append(hr.alts, limits{alt, burstOf(alt)})
