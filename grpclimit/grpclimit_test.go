@@ -112,7 +112,9 @@ func TestUnaryDeniedWithRetryInfo(t *testing.T) {
 		if got := strings.Join(md.Get(MetadataRetryAfter), ""); got != "2" {
 			t.Errorf("retry-after = %q, want 2", got)
 		}
-		if got := strings.Join(md.Get(MetadataRateLimit), ""); got != `"per-ip";r=0;t=3` {
+		// A denying rule's t is when the call would be admitted: the
+		// same instant as retry-after, not when the bucket is full (3s).
+		if got := strings.Join(md.Get(MetadataRateLimit), ""); got != `"per-ip";r=0;t=2` {
 			t.Errorf("ratelimit = %q", got)
 		}
 	}

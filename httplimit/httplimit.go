@@ -12,7 +12,10 @@
 //   - RateLimit-Policy and RateLimit, one structured-field item per applied
 //     rule, as in draft-ietf-httpapi-ratelimit-headers-11:
 //     RateLimit-Policy: "per-user";q=20;w=1 and RateLimit: "per-user";r=0;t=1
-//     (t is rounded up);
+//     (t is rounded up). A token bucket or GCRA rule states its capacity as
+//     q and the time to refill it as w (100/s with burst 200 is q=200;w=2),
+//     so r <= q; a rule that denied the request has as t the time until
+//     the request would be admitted, the same instant as Retry-After;
 //   - an RFC 9457 application/problem+json body of type
 //     ProblemQuotaExceeded naming the violated policies,
 //
