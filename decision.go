@@ -152,3 +152,14 @@ func (d Decision) LeaseTicket() Ticket {
 	t.Entries = kept
 	return t
 }
+
+// Capacity is the most units one request can be admitted at once under the
+// limits this rule applied: the burst of a token bucket or GCRA rule
+// (after overrides and limit functions), the limit otherwise. Remaining is
+// never above it.
+func (r RuleDecision) Capacity() int64 {
+	if r.burst > 0 {
+		return r.burst
+	}
+	return r.Limit
+}

@@ -66,6 +66,12 @@ type Options struct {
 	// per limiter) and refunds that could not be applied; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Replaces is the live limiter of the same name on the same store that
+	// this one takes over from: a configuration reload builds the new
+	// version while the old one still serves, and both count in the same
+	// keys, by design. Without it, a second live limiter of a name the
+	// store already serves with other rules is an error (see Close).
+	Replaces *Limiter
 }
 
 // Observer is called once per decision with what was decided. It must not
@@ -96,6 +102,7 @@ type Limiter struct {
 	logger   *slog.Logger
 	opts     Options // as given to New, for views made with Only
 
+	held       *nameHold // the limiter's hold on its name (names.go)
 	batches    sync.Pool
 	lastLog    atomic.Int64
 	suppressed atomic.Int64
@@ -103,7 +110,9 @@ type Limiter struct {
 
 // New returns a limiter named name that keeps its state in store and applies
 // rules, all of which must admit a request. opts may be nil. It returns a
-// *ConfigError naming the limiter, rule and field of any misconfiguration.
+// *ConfigError naming the limiter, rule and field of any misconfiguration,
+// and for a name that another live limiter with other rules already uses
+// on store (see Options.Replaces and Close).
 func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error) {
 	if name == "" {
 		return nil, limiterError("", "name", "must not be empty")
@@ -139,6 +148,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 		logger:   opts.Logger,
 		opts:     *opts,
 	}
+	l.opts.Replaces = nil // a view (Only) must not keep the replaced limiter alive
 	if l.clock == nil {
 		l.clock = defaultClock
 	}
@@ -161,6 +171,9 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 		}
 		l.byName[r.Name] = c
 		l.rules = append(l.rules, c)
+	}
+	if err := l.hold(opts.Replaces); err != nil {
+		return nil, err
 	}
 	n := len(rules)
 	l.batches.New = func() any { return &Batch{Ops: make([]Op, 0, n)} }
@@ -502,4 +515,33 @@ func (l *Limiter) logFailure(ctx context.Context, err error, now time.Time) {
 	l.logger.WarnContext(ctx, "floodgate: store failed; decided by failure policy",
 		"limiter", l.name, "policy", l.policy.String(), "err", err,
 		"suppressed", l.suppressed.Swap(0))
+}
+
+// SplitLeases returns two views of l (see Only), sharing its state: one
+// with l's Concurrency rules, one with the others, either nil when l has
+// none. Work whose usage is known only when it ends holds a lease of the
+// first for its whole duration (Allow, then Refund of the LeaseTicket) and
+// records its usage into the second: an in-flight cap and a usage limit
+// (tokens per minute) on one route. Recording into l itself would add a
+// lease that is never released.
+func (l *Limiter) SplitLeases() (leases, rest *Limiter, err error) {
+	var ln, rn []string
+	for _, c := range l.rules {
+		if c.Algorithm == Concurrency {
+			ln = append(ln, c.Name)
+		} else {
+			rn = append(rn, c.Name)
+		}
+	}
+	if len(ln) > 0 {
+		if leases, err = l.Only(ln...); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(rn) > 0 {
+		if rest, err = l.Only(rn...); err != nil {
+			return nil, nil, err
+		}
+	}
+	return leases, rest, nil
 }

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/store/redis"
 )
 
 // epoch is where the tests' manual clocks start.
@@ -662,5 +665,69 @@ func TestRuleByName(t *testing.T) {
 	}
 	if _, ok := l.Rule("nope"); ok {
 		t.Error("Rule(nope) found a rule")
+	}
+}
+
+// Two live limiters of one name on one store would read and write the same
+// keys whatever their rules: the second is refused unless it has the same
+// rules or takes over from the first (a reload), or the first was closed.
+func TestSameNameOnOneStore(t *testing.T) {
+	for _, st := range []struct {
+		name string
+		open func(t *testing.T) floodgate.Store
+	}{
+		{"memory", func(t *testing.T) floodgate.Store {
+			s := memory.New(&memory.Options{SweepInterval: -1})
+			t.Cleanup(func() { s.Close() })
+			return s
+		}},
+		{"redis", func(t *testing.T) floodgate.Store {
+			srv := redistest.Start(t)
+			s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			store := st.open(t)
+			clock := floodgate.NewManualClock(epoch)
+			opts := func(replaces *floodgate.Limiter) *floodgate.Options {
+				return &floodgate.Options{Clock: clock, Replaces: replaces, Timeout: 10 * time.Second}
+			}
+			perMin := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}}}
+			perHour := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour, Key: []string{"user"}}}
+			first, err := floodgate.New("api", store, perMin, opts(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := floodgate.New("api", store, perHour, opts(nil)); err == nil || !strings.Contains(err.Error(), `limiter "api"`) {
+				t.Fatalf("a second live limiter api with other rules: err %v, want one naming it", err)
+			}
+			if _, err := floodgate.New("other", store, perHour, opts(nil)); err != nil {
+				t.Fatalf("another name: %v", err)
+			}
+			twin, err := floodgate.New("api", store, perMin, opts(nil))
+			if err != nil {
+				t.Fatalf("the same limiter made twice: %v", err)
+			}
+			// A reload hands over: the new version counts in the same keys.
+			first.Allow(context.Background(), user("x"))
+			next, err := floodgate.New("api", store, perHour, opts(first))
+			if err != nil {
+				t.Fatalf("a replacement: %v", err)
+			}
+			if d := peek(t, next, user("x")); d.Remaining != 4 {
+				t.Fatalf("the replacement sees %d left, want 4 (the unit the old version counted)", d.Remaining)
+			}
+			first.Close()
+			twin.Close()
+			next.Close()
+			if _, err := floodgate.New("api", store, perHour, opts(nil)); err != nil {
+				t.Fatalf("after Close: %v", err)
+			}
+		})
 	}
 }

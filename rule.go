@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"context"
+	"math/bits"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/algo"
@@ -59,7 +60,9 @@ type Rule struct {
 type Override struct {
 	Match Attributes
 	Limit int64
-	// Burst, when set, replaces the rule's Burst as well.
+	// Burst, when set, replaces the rule's Burst as well. When it is 0 the
+	// burst keeps the rule's proportion to its limit (see scaledBurst): a
+	// rule of 20/s with burst 40 overridden to 200/s bursts to 400.
 	Burst int64
 }
 
@@ -156,7 +159,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 		if o.Burst < 0 || (o.Burst != 0 && r.Algorithm != TokenBucket && r.Algorithm != GCRA) {
 			return nil, bad(f+".burst", "must be positive and applies to token_bucket and gcra only")
 		}
-		if err := checkExact(r, o.Limit, o.Burst); err != "" {
+		if err := checkExact(r, o.Limit, burstFor(r, o.Limit, o.Burst)); err != "" {
 			return nil, bad(f+".limit", "%s", err)
 		}
 	}
@@ -209,11 +212,8 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params,
 	for _, o := range c.Overrides {
 		if o.Match.matches(attrs) {
 			p.Limit = o.Limit
-			switch {
-			case o.Burst != 0:
-				p.Burst = o.Burst
-			case c.Burst == 0 && (p.Algorithm == TokenBucket || p.Algorithm == GCRA):
-				p.Burst = o.Limit
+			if p.Algorithm == TokenBucket || p.Algorithm == GCRA {
+				p.Burst = burstFor(c.Rule, o.Limit, o.Burst)
 			}
 			break
 		}
@@ -229,8 +229,8 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params,
 			return p, sprintfErr("rule %s: limit function returned %d", c.scope, l)
 		}
 		if l > 0 {
-			if c.Burst == 0 && (p.Algorithm == TokenBucket || p.Algorithm == GCRA) {
-				p.Burst = l
+			if p.Algorithm == TokenBucket || p.Algorithm == GCRA {
+				p.Burst = burstFor(c.Rule, l, 0)
 			}
 			p.Limit = l
 			if msg := checkExact(c.Rule, p.Limit, p.Burst); msg != "" {
@@ -239,6 +239,32 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params,
 		}
 	}
 	return p, nil
+}
+
+// burstFor is the burst of rule r under limit (an override's or a limit
+// function's): burst when set, else the rule's burst scaled to the limit.
+func burstFor(r Rule, limit, burst int64) int64 {
+	if burst != 0 {
+		return burst
+	}
+	return ScaledBurst(r.Limit, r.Burst, limit)
+}
+
+// ScaledBurst is the burst a token bucket or GCRA rule of the given limit
+// and burst (0: the limit) has under another limit that sets no burst of its
+// own (an override without one, a LimitFunc): the rule's proportion of burst
+// to limit, rounded down, at least 1. A rule that sets no burst bursts to
+// its limit, whatever the limit.
+func ScaledBurst(ruleLimit, ruleBurst, limit int64) int64 {
+	if ruleBurst == 0 || ruleLimit <= 0 {
+		return limit
+	}
+	hi, lo := bits.Mul64(uint64(ruleBurst), uint64(limit))
+	if hi >= uint64(ruleLimit) {
+		return algo.MaxUnits // far past what validation accepts
+	}
+	q, _ := bits.Div64(hi, lo, uint64(ruleLimit))
+	return max(1, int64(min(q, algo.MaxUnits)))
 }
 
 // refundParams are the parameters a refund of e applies under: the limits

@@ -372,3 +372,31 @@ func TestConfigErrorRuleIndex(t *testing.T) {
 		}
 	}
 }
+
+// An override or a limit function that sets a limit but no burst keeps the
+// rule's proportion of burst to limit: a VIP at 200/s on a rule of 20/s
+// with burst 40 can take 400 at once, not 40.
+func TestOverrideScalesBurst(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+		l, _ := memLimiter(t, []floodgate.Rule{{
+			Name: "r", Algorithm: alg, Limit: 20, Burst: 40, Window: time.Second, Key: []string{"user"},
+			Overrides: []floodgate.Override{{Match: floodgate.Attributes{"plan": "vip"}, Limit: 200}},
+			LimitFunc: func(_ context.Context, a floodgate.Attributes) (int64, error) {
+				if a["plan"] == "big" {
+					return 50, nil
+				}
+				return 0, nil
+			},
+		}}, nil)
+		for plan, burst := range map[string]int64{"vip": 400, "big": 100, "free": 40} {
+			a := floodgate.Attributes{"user": plan, "plan": plan}
+			if d, _ := l.AllowN(ctx, a, burst); !d.Allowed {
+				t.Errorf("%s: plan %s: a burst of %d denied: %+v", alg, plan, burst, d)
+			}
+			if d, _ := l.AllowN(ctx, a, 1); d.Allowed {
+				t.Errorf("%s: plan %s: a unit past the burst of %d admitted", alg, plan, burst)
+			}
+		}
+	}
+}

@@ -30,8 +30,9 @@ func TestGatewayRedis(t *testing.T) {
 // TestSelectRedisCommands counts the Redis commands of a selection: each
 // candidate decided is one script call (its RPM and TPM caps checked and
 // counted together), and settling tokens is one more. With the over-limit
-// cache on (the default), a candidate already known to be capped costs no
-// round trip at all.
+// cache on (the default), a candidate whose caps are all known to be spent
+// costs no round trip at all (one with a cap left goes to Redis: that cap
+// might deny it for longer).
 func TestSelectRedisCommands(t *testing.T) {
 	srv := redistest.Start(t)
 	scripts := func() int64 {
@@ -53,10 +54,10 @@ func TestSelectRedisCommands(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Close() })
 			g := newGW(t, func(*testing.T) floodgate.Store { return s }, gwStart)
-			routes := []floodgate.Candidate{g.route("a", 1, 100), g.route("b", 1, 100), g.route("c", 10, 100)}
-			floodgate.Select(g.ctx, routes[:1]) // a capped
+			routes := []floodgate.Candidate{g.route("a", 1, 1), g.route("b", 1, 1), g.route("c", 10, 100)}
+			floodgate.Select(g.ctx, routes[:1]) // a spent
 			floodgate.Select(g.ctx, routes[1:2])
-			floodgate.Select(g.ctx, routes[:2]) // b capped; the cache learns both
+			floodgate.Select(g.ctx, routes[:2]) // b spent; the cache learns both caps of both
 
 			before := scripts()
 			sel := floodgate.Select(g.ctx, routes)

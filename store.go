@@ -40,7 +40,11 @@ const (
 	// the results then describe a peek at cost 1.
 	ModeRecord
 	// ModeRefund gives back the units of ticket Batch.Ticket, once: each
-	// Op carries the rule and the stamp it was charged at.
+	// Op carries the rule and the stamp it was charged at. Releasing a
+	// Concurrency lease (by the ticket's id) is idempotent, so a refund
+	// whose ops are all Concurrency neither checks nor records the ticket
+	// as spent: releasing a decision's leases (Decision.LeaseTicket)
+	// leaves the rest of its ticket refundable.
 	ModeRefund
 	// ModeReset forgets the state of every Op's key.
 	ModeReset

@@ -178,8 +178,12 @@ func TestRefundOfForeignAndEmptyTickets(t *testing.T) {
 		t.Error("a denied decision returned a valid ticket")
 	}
 
-	// The same limiter rebuilt without r2 gives back only what r1 took.
-	smaller := newLimiter("a", r1)
+	// The same limiter rebuilt without r2 (a reload, taking over from a)
+	// gives back only what r1 took.
+	smaller, err := floodgate.New("a", store, []floodgate.Rule{r1}, &floodgate.Options{Clock: clock, Replaces: a})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := smaller.Refund(ctx, tk); err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,7 @@ func (l *Limiter) Only(rules ...string) (*Limiter, error) {
 		keep = append(keep, all[i])
 	}
 	opts := l.opts
+	opts.Replaces = l // a view shares l's keys
 	sub, err := New(l.name, l.store, keep, &opts)
 	if err != nil {
 		return nil, err

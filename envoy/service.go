@@ -96,6 +96,9 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 			continue
 		}
 		lopts := st.opts.Limiter
+		if old := s.cur.Load(); old != nil {
+			lopts.Replaces = old.limiters[name] // an update takes over the old version's keys
+		}
 		l, err := floodgate.New(limiterName(name), s.store, d.rules(), &lopts)
 		if err != nil {
 			return fmt.Errorf("envoy: domain %q (%s): %w", name, d.file, err)

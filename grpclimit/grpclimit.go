@@ -16,7 +16,8 @@
 // refund successful (or failed) calls then, so that only the others count.
 // Options.ChargeAfter admits a call while one unit is available and
 // charges, when the handler returns, the usage it reported with AddCost
-// (tokens of an LLM call, rows of a query).
+// (tokens of an LLM call, rows of a query); a Concurrency rule then holds
+// its lease for the handler, and the usage goes to the other rules.
 package grpclimit
 
 import (
@@ -25,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -134,7 +136,9 @@ type Options struct {
 	// charging nothing up front, and when the handler returns records what
 	// it reported with AddCost (Limiter.Record), whether it succeeded or
 	// not. Use it for usage known only once the work is done. It cannot be
-	// combined with Count.
+	// combined with Count. Concurrency rules take their lease up front and
+	// hold it until the handler returns; the usage is recorded into the
+	// other rules.
 	ChargeAfter bool
 }
 
@@ -171,6 +175,9 @@ type Interceptor struct {
 	failed  func(error) bool
 	charge  bool
 	pool    sync.Pool
+	// With ChargeAfter and Concurrency rules: the views that hold the
+	// handler's lease and take the usage after (floodgate.SplitLeases).
+	leases, rest *floodgate.Limiter
 }
 
 type namedKey struct {
@@ -215,6 +222,12 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 			if opts.Attributes[a] == nil {
 				return nil, fmt.Errorf("grpclimit: limiter %q: rule %q is keyed on attribute %q, which no KeyFunc in Options.Attributes supplies", l.Name(), r.Name, a)
 			}
+		}
+	}
+	if in.charge && slices.ContainsFunc(l.Rules(), func(r floodgate.Rule) bool { return r.Algorithm == floodgate.Concurrency }) {
+		var err error
+		if in.leases, in.rest, err = l.SplitLeases(); err != nil {
+			return nil, fmt.Errorf("grpclimit: limiter %q: %w", l.Name(), err)
 		}
 	}
 	n := len(in.attrs)
@@ -281,10 +294,22 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 			attrs[a.name] = v
 		}
 	}
-	var d floodgate.Decision
-	if in.charge {
+	var d, lease floodgate.Decision
+	switch {
+	case in.charge && in.leases != nil:
+		// The handler holds its in-flight slot; the other rules must
+		// admit one unit and are charged its usage after.
+		lease = in.leases.Allow(ctx, attrs)
+		d = lease
+		if lease.Allowed && in.rest != nil {
+			d, _ = in.rest.Peek(ctx, attrs, 1)
+			if !d.Allowed {
+				in.releaseLease(ctx, &lease)
+			}
+		}
+	case in.charge:
 		d, _ = in.limiter.Peek(ctx, attrs, 1) // cost 1 is always valid
-	} else {
+	default:
 		d = in.limiter.Allow(ctx, attrs)
 	}
 	keep := in.charge && d.Allowed // the charge after the handler needs attrs
@@ -298,14 +323,28 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 	}
 	parent, _ := ctx.Value(costKey{}).(*usage)
 	u := &usage{parent: parent}
+	charged := in.limiter
+	if in.leases != nil {
+		charged = in.rest // a record into the whole limiter would add a lease never released
+	}
 	return context.WithValue(ctx, costKey{}, u), func(herr error) {
 		release(herr)
-		if n := u.n.Load(); n > 0 {
-			in.limiter.Record(context.WithoutCancel(ctx), attrs, n)
+		if in.leases != nil {
+			in.releaseLease(ctx, &lease)
+		}
+		if n := u.n.Load(); n > 0 && charged != nil {
+			charged.Record(context.WithoutCancel(ctx), attrs, n)
 		}
 		clear(attrs)
 		in.pool.Put(attrs)
 	}, nil
+}
+
+// releaseLease gives back the lease a ChargeAfter call held.
+func (in *Interceptor) releaseLease(ctx context.Context, d *floodgate.Decision) {
+	if t := d.LeaseTicket(); t.Valid() {
+		in.leases.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
+	}
 }
 
 // decided turns the decision d into the call's metadata and either the

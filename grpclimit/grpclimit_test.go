@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -111,7 +112,9 @@ func TestUnaryDeniedWithRetryInfo(t *testing.T) {
 		if got := strings.Join(md.Get(MetadataRetryAfter), ""); got != "2" {
 			t.Errorf("retry-after = %q, want 2", got)
 		}
-		if got := strings.Join(md.Get(MetadataRateLimit), ""); got != `"per-ip";r=0;t=3` {
+		// A denying rule's t is when the call would be admitted: the
+		// same instant as retry-after, not when the bucket is full (3s).
+		if got := strings.Join(md.Get(MetadataRateLimit), ""); got != `"per-ip";r=0;t=2` {
 			t.Errorf("ratelimit = %q", got)
 		}
 	}
@@ -416,5 +419,47 @@ func TestChargeAfter(t *testing.T) {
 	}
 	if AddCost(ctx, 1) {
 		t.Error("AddCost outside any interceptor reported one")
+	}
+}
+
+// TestChargeAfterWithConcurrency: a call holds its in-flight lease while
+// its handler runs, so an overlapping call is refused; when it returns the
+// lease is released and its usage charged to the other rules alone.
+func TestChargeAfterWithConcurrency(t *testing.T) {
+	lim, _, _ := newLimiter(t, []floodgate.Rule{
+		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"ip"}},
+		{Name: "tokens", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute, Key: []string{"ip"}},
+	})
+	in := mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, ChargeAfter: true})
+	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}})
+	info := &grpc.UnaryServerInfo{FullMethod: "/llm.Complete"}
+	call := func(h grpc.UnaryHandler) error {
+		_, err := in.Unary()(ctx, nil, info, h)
+		return err
+	}
+	var inner error
+	err := call(func(hctx context.Context, _ any) (any, error) {
+		inner = call(func(context.Context, any) (any, error) { return nil, nil })
+		AddCost(hctx, 30)
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if status.Code(inner) != codes.ResourceExhausted {
+		t.Fatalf("overlapping call: %v, want ResourceExhausted", inner)
+	}
+	d, err := lim.Peek(context.Background(), floodgate.Attributes{"ip": "127.0.0.1"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range d.Rules() {
+		want := map[string]int64{"in-flight": 1, "tokens": 70}[r.Name]
+		if r.Remaining != want {
+			t.Errorf("after the call: %s has %d left, want %d (lease released, 30 tokens charged)", r.Name, r.Remaining, want)
+		}
+	}
+	if err := call(func(context.Context, any) (any, error) { return nil, nil }); err != nil {
+		t.Fatalf("next call: %v", err)
 	}
 }

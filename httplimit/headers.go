@@ -49,11 +49,17 @@ type policy struct {
 	window int64  // w, in seconds; 0 omits it
 	unit   string // qu; "" is the default ("requests")
 	limit  int64  // the rule's own limit (before overrides)
+	burst  int64  // the rule's own capacity (token bucket, GCRA)
 	item   []byte // the whole item for that limit, preformatted
+	// span is the rule's window of a token bucket or GCRA rule: its q is
+	// the capacity and w the time the capacity takes to refill.
+	span time.Duration
 }
 
 func policyOf(r floodgate.Rule) policy {
 	switch {
+	case r.Algorithm == floodgate.TokenBucket || r.Algorithm == floodgate.GCRA:
+		return policy{span: r.Window}
 	case r.Algorithm == floodgate.Concurrency:
 		return policy{unit: "concurrent-requests"}
 	case r.Algorithm == floodgate.FixedWindow && r.Align == floodgate.AlignDay:
@@ -92,16 +98,19 @@ type Quota struct {
 // NewQuota returns the formatter for decisions of l.
 func NewQuota(l *floodgate.Limiter) *Quota {
 	q := &Quota{policies: make(map[string]*policy)}
-	var all []floodgate.RuleDecision
+	var all []byte
 	q.rules = l.Rules()
-	for _, r := range q.rules {
+	for i, r := range q.rules {
 		p := policyOf(r)
-		p.limit = r.Limit
-		p.item = p.appendItem(nil, r.Name, r.Limit)
+		p.limit, p.burst = r.Limit, r.Burst
+		p.item = p.appendItem(nil, r.Name, r.Limit, r.Burst)
 		q.policies[r.Name] = &p
-		all = append(all, floodgate.RuleDecision{Name: r.Name, Limit: r.Limit})
+		if i > 0 {
+			all = append(all, ", "...)
+		}
+		all = append(all, p.item...)
 	}
-	q.all = string(q.appendPolicy(nil, all))
+	q.all = string(all)
 	return q
 }
 
@@ -132,7 +141,8 @@ func (q *Quota) allApply(rules []floodgate.RuleDecision) bool {
 		return false
 	}
 	for i := range rules {
-		if rules[i].Name != q.rules[i].Name || rules[i].Limit != q.rules[i].Limit {
+		if rules[i].Name != q.rules[i].Name || rules[i].Limit != q.rules[i].Limit ||
+			q.policies[rules[i].Name].span > 0 && rules[i].Capacity() != q.rules[i].Burst {
 			return false
 		}
 	}
@@ -149,27 +159,37 @@ func (q *Quota) appendPolicy(b []byte, rules []floodgate.RuleDecision) []byte {
 		if p == nil { // not one of this limiter's rules
 			continue
 		}
-		if r.Limit == p.limit {
+		if r.Limit == p.limit && (p.span == 0 || r.Capacity() == p.burst) {
 			b = append(b, p.item...)
 		} else {
-			b = p.appendItem(b, r.Name, r.Limit)
+			b = p.appendItem(b, r.Name, r.Limit, r.Capacity())
 		}
 	}
 	return b
 }
 
-func (p *policy) appendItem(b []byte, name string, limit int64) []byte {
+// appendItem appends the policy item of a rule under limit. A token bucket
+// or GCRA rule states its capacity as q (the most a client can use at
+// once, so r <= q) and as w the time an empty bucket takes to refill it:
+// 100/s with burst 200 is q=200;w=2, its refill rate q/w.
+func (p *policy) appendItem(b []byte, name string, limit, capacity int64) []byte {
 	b = appendName(b, name)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, limit, 10)
+	window := p.window
+	if p.span > 0 {
+		b = strconv.AppendInt(b, capacity, 10)
+		window = ceilSeconds(time.Duration(float64(p.span) * float64(capacity) / float64(limit)))
+	} else {
+		b = strconv.AppendInt(b, limit, 10)
+	}
 	if p.unit != "" {
 		b = append(b, `;qu="`...)
 		b = append(b, p.unit...)
 		b = append(b, '"')
 	}
-	if p.window > 0 {
+	if window > 0 {
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, p.window, 10)
+		b = strconv.AppendInt(b, window, 10)
 	}
 	return b
 }
@@ -184,9 +204,22 @@ func appendLimit(b []byte, rules []floodgate.RuleDecision) []byte {
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, max(r.Remaining, 0), 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSecondsOrZero(r.ResetAfter), 10)
+		b = strconv.AppendInt(b, resetSeconds(r), 10)
 	}
 	return b
+}
+
+// resetSeconds is a rule's t: the seconds until its quota is available
+// again. For a rule that denied the request that is when the same request
+// would be admitted, so that the binding rule's t and Retry-After name one
+// instant (draft-ietf-httpapi-ratelimit-headers-11: the reset of a policy
+// and Retry-After SHOULD reference the same point in time); otherwise the
+// time until the quota is whole again.
+func resetSeconds(r *floodgate.RuleDecision) int64 {
+	if !r.Allowed && !r.Never && r.RetryAfter > 0 {
+		return ceilSeconds(r.RetryAfter)
+	}
+	return ceilSecondsOrZero(r.ResetAfter)
 }
 
 // writeQuota adds the RateLimit-Policy and RateLimit items of every applied
@@ -204,7 +237,13 @@ func (m *Middleware) writeQuota(h http.Header, d *floodgate.Decision) {
 		}
 	}
 	if m.legacy {
-		h[keyLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+		limit := d.Limit
+		for _, r := range d.Rules() {
+			if r.Name == d.Rule {
+				limit = r.Capacity() // Remaining is never above it
+			}
+		}
+		h[keyLimit] = []string{strconv.FormatInt(limit, 10)}
 		h[keyRemaining] = []string{strconv.FormatInt(max(d.Remaining, 0), 10)}
 		reset := m.clock.Now().Add(d.ResetAfter)
 		secs := reset.Unix()

@@ -12,7 +12,10 @@
 //   - RateLimit-Policy and RateLimit, one structured-field item per applied
 //     rule, as in draft-ietf-httpapi-ratelimit-headers-11:
 //     RateLimit-Policy: "per-user";q=20;w=1 and RateLimit: "per-user";r=0;t=1
-//     (t is rounded up);
+//     (t is rounded up). A token bucket or GCRA rule states its capacity as
+//     q and the time to refill it as w (100/s with burst 200 is q=200;w=2),
+//     so r <= q; a rule that denied the request has as t the time until
+//     the request would be admitted, the same instant as Retry-After;
 //   - an RFC 9457 application/problem+json body of type
 //     ProblemQuotaExceeded naming the violated policies,
 //
@@ -37,7 +40,9 @@
 // decision's ticket once the handler has answered. Concurrency rules have
 // their lease released when the handler returns. Options.ChargeAfter admits
 // a request when one unit is still available and charges, after the handler
-// returns, the usage it reported with AddCost (LLM tokens).
+// returns, the usage it reported with AddCost (LLM tokens); a Concurrency
+// rule then holds its lease for the handler, and the usage goes to the
+// other rules (an in-flight cap plus tokens per minute).
 //
 // Trusted internal sub-requests marked with WithSubrequest pass middlewares
 // of kind Identity without counting; middlewares of kind Cost still count
@@ -98,7 +103,9 @@ type Options struct {
 	// ChargeAfter admits a request when the limiter would admit one unit
 	// now, charging nothing up front, and after the handler returns records
 	// what the handler reported with AddCost (Limiter.Record). Use it for
-	// usage known only once the work is done.
+	// usage known only once the work is done. Concurrency rules take their
+	// lease up front and hold it until the handler returns; the usage is
+	// recorded into the other rules.
 	ChargeAfter bool
 	// OnLimited, when set, answers requests the rules denied instead of the
 	// default problem+json body. Retry-After, Cache-Control and the quota
@@ -136,6 +143,9 @@ type Middleware struct {
 	quotaFmt      *Quota
 	anyLeases     bool      // a rule's units are leases (Concurrency)
 	pool          sync.Pool // floodgate.Attributes
+	// With ChargeAfter and Concurrency rules: the views that hold the
+	// handler's lease and take the usage after (floodgate.SplitLeases).
+	leases, rest *floodgate.Limiter
 }
 
 type namedKey struct {
@@ -210,6 +220,12 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 			}
 		}
 	}
+	if m.chargeAfter && m.anyLeases {
+		var err error
+		if m.leases, m.rest, err = l.SplitLeases(); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	}
 	n := len(m.attrs)
 	m.pool.New = func() any { return make(floodgate.Attributes, n) }
 	return m, nil
@@ -256,10 +272,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer m.release(attrs)
 	m.fill(attrs, r)
 
-	var d floodgate.Decision
-	if m.chargeAfter {
+	var d, lease floodgate.Decision
+	switch {
+	case m.leases != nil:
+		// The handler holds its in-flight slot; the other rules must
+		// admit one unit and are charged its usage after.
+		lease = m.leases.Allow(ctx, attrs)
+		d = lease
+		if lease.Allowed && m.rest != nil {
+			d, _ = m.rest.Peek(ctx, attrs, 1)
+			if !d.Allowed {
+				m.releaseLease(ctx, &lease)
+			}
+		}
+	case m.chargeAfter:
 		d, _ = m.limiter.Peek(ctx, attrs, 1) // cost 1 is always valid
-	} else {
+	default:
 		d = m.limiter.Allow(ctx, attrs)
 	}
 	h := w.Header()
@@ -286,14 +314,22 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if m.quota && d.Reason != floodgate.ReasonStore {
 		m.writeQuota(h, &d)
+		if m.rest != nil && lease.Reason != floodgate.ReasonStore {
+			m.writeQuota(h, &lease)
+		}
 	}
 
 	switch {
 	case m.chargeAfter:
 		st := &state{decision: heapCopy(&d)}
+		charged := m.limiter
+		if m.leases != nil {
+			charged = m.rest
+			defer m.releaseLease(ctx, &lease)
+		}
 		defer func() {
-			if n := st.cost.Load(); n > 0 {
-				m.limiter.Record(context.WithoutCancel(ctx), attrs, n)
+			if n := st.cost.Load(); n > 0 && charged != nil {
+				charged.Record(context.WithoutCancel(ctx), attrs, n)
 			}
 		}()
 		next.ServeHTTP(w, r.WithContext(withState(ctx, st, true)))
@@ -331,6 +367,13 @@ func (m *Middleware) refund(ctx context.Context, d *floodgate.Decision, all bool
 	}
 	if t.Valid() {
 		m.limiter.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
+	}
+}
+
+// releaseLease gives back the lease a ChargeAfter request held.
+func (m *Middleware) releaseLease(ctx context.Context, d *floodgate.Decision) {
+	if t := d.LeaseTicket(); t.Valid() {
+		m.leases.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
 	}
 }
 

@@ -181,7 +181,7 @@ func TestQuotaHeadersAreStructuredFields(t *testing.T) {
 		w    any // int64 or nil
 		qu   any
 	}{
-		{"per-user", 20, int64(1), nil},
+		{"per-user", 40, int64(2), nil}, // the capacity, refilled at 20/s in 2s
 		{"per-tenant", 1000, int64(60), nil},
 		{"daily", 50000, int64(86400), nil},
 		{"in-flight", 4, nil, "concurrent-requests"},
@@ -215,7 +215,7 @@ func TestQuotaHeadersAreStructuredFields(t *testing.T) {
 		}
 	}
 	if r, _ := limits[0].param("r"); r != int64(39) {
-		t.Errorf("per-user r = %v, want 39 (burst 40)", r)
+		t.Errorf("per-user r = %v, want 39 (of q=40)", r)
 	}
 
 	// A rule whose attribute is missing is skipped, and so absent.
@@ -477,6 +477,56 @@ func TestChargeAfter(t *testing.T) {
 	}
 }
 
+// ChargeAfter over an in-flight cap plus a token budget: the handler holds
+// its lease while it runs (an overlapping request is refused), and after it
+// the lease is released and the tokens are charged to the budget alone.
+func TestChargeAfterWithConcurrency(t *testing.T) {
+	rules := []floodgate.Rule{
+		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"ip"}},
+		{Name: "tokens", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute, Key: []string{"ip"}},
+	}
+	f := newFixture(t, rules, nil)
+	entered, finish := make(chan struct{}), make(chan struct{})
+	llm := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			entered <- struct{}{}
+			<-finish
+		}
+		AddCost(r.Context(), 30)
+		io.WriteString(w, "completion")
+	})
+	srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(nil)}, Kind: Cost, ChargeAfter: true}, llm)
+	done := make(chan result)
+	go func() { done <- get(t, srv.URL+"/slow") }()
+	<-entered
+	res := get(t, srv.URL)
+	close(finish)
+	if res.status != 429 || !strings.Contains(res.body, `["in-flight"]`) {
+		t.Fatalf("overlapping request: %d %s, want 429 by in-flight", res.status, res.body)
+	}
+	if first := <-done; first.status != 200 {
+		t.Fatalf("first: %d", first.status)
+	}
+	ip := floodgate.Attributes{"ip": "127.0.0.1"}
+	d, err := f.lim.Peek(context.Background(), ip, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range d.Rules() {
+		want := map[string]int64{"in-flight": 1, "tokens": 70}[r.Name]
+		if r.Remaining != want {
+			t.Errorf("after the request: %s has %d left, want %d (lease released, 30 tokens charged)", r.Name, r.Remaining, want)
+		}
+	}
+	res = get(t, srv.URL) // the slot is free again
+	if res.status != 200 {
+		t.Fatalf("next request: %d %s", res.status, res.body)
+	}
+	if got := res.header.Values(HeaderRateLimit); len(got) != 2 || got[0] != `"tokens";r=70;t=60` || got[1] != `"in-flight";r=0;t=60` {
+		t.Errorf("RateLimit = %q", got)
+	}
+}
+
 func TestLegacyHeaders(t *testing.T) {
 	f := newFixture(t, perIP(5, 30*time.Second), nil)
 	srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(nil)}, LegacyHeaders: true}, ok)
@@ -727,6 +777,43 @@ func TestQuotaFormat(t *testing.T) {
 		p, rl := q.Format(&d)
 		if p != tt.policy || rl != tt.rl {
 			t.Errorf("%v: Format = %q, %q; want %q, %q", tt.attrs, p, rl, tt.policy, tt.rl)
+		}
+	}
+}
+
+// The figures a client reads are consistent: a token bucket states its
+// capacity as the quota (r <= q, w the time to refill it), and a denied
+// request's t names the same instant as Retry-After, for buckets and
+// sliding windows alike.
+func TestQuotaFiguresAgree(t *testing.T) {
+	rules := []floodgate.Rule{{Name: "b", Algorithm: floodgate.TokenBucket, Limit: 100, Burst: 200, Window: time.Second, Key: []string{"ip"}}}
+	f := newFixture(t, rules, nil)
+	srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(nil)}, LegacyHeaders: true}, ok)
+	res := get(t, srv.URL)
+	if got := res.header.Get(HeaderRateLimitPolicy); got != `"b";q=200;w=2` {
+		t.Errorf("policy %q, want q=200;w=2", got)
+	}
+	if got := res.header.Get(HeaderRateLimit); got != `"b";r=199;t=1` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if got := res.header.Get(HeaderLimit); got != "200" {
+		t.Errorf("X-RateLimit-Limit %q, want 200 (the capacity)", got)
+	}
+
+	for _, r := range []floodgate.Rule{
+		{Name: "tb", Algorithm: floodgate.TokenBucket, Limit: 1, Burst: 6, Window: time.Second, Key: []string{"ip"}},
+		{Name: "sw", Algorithm: floodgate.SlidingWindow, Limit: 6, Window: 8 * time.Second, Buckets: 8, Key: []string{"ip"}},
+	} {
+		f := newFixture(t, []floodgate.Rule{r}, nil)
+		srv := f.serve(t, nil, ok)
+		for range 6 {
+			get(t, srv.URL)
+			f.clock.Advance(100 * time.Millisecond)
+		}
+		res := get(t, srv.URL)
+		retry := res.header.Get(HeaderRetryAfter)
+		if res.status != 429 || retry == "" || res.header.Get(HeaderRateLimit) != `"`+r.Name+`";r=0;t=`+retry {
+			t.Errorf("%s denied: %d Retry-After %q RateLimit %q, want t equal to Retry-After", r.Name, res.status, retry, res.header.Get(HeaderRateLimit))
 		}
 	}
 }

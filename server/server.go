@@ -362,12 +362,18 @@ func (s *Server) Close() error {
 // build makes the limiters of c on the server's store.
 func (s *Server) build(c *config.Config) (*limiterSet, error) {
 	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters))}
+	prev := s.limiters.Load()
 	for i := range c.Limiters {
 		cl := &c.Limiters[i]
+		var replaces *floodgate.Limiter // a reload's limiter takes over its old version's keys
+		if prev != nil {
+			replaces = prev.byName[cl.Name]
+		}
 		l, err := cl.New(s.store, floodgate.Options{
 			Observer: s.observe,
 			Logger:   s.Logger,
 			Clock:    s.Clock,
+			Replaces: replaces,
 		})
 		if err != nil {
 			return nil, err

@@ -19,22 +19,28 @@ import (
 // Conventions every store must share with the model (they are the contract
 // stated in internal/algo):
 //
-//   - Every access to a key (consume, peek, record, refund; admitted or not)
-//     first brings its state to the access time with that access's
-//     parameters. Only token buckets can tell: tokens refill at the rate in
-//     force at the access that observes them.
-//   - A GCRA key keeps its theoretical arrival time across a change of
+//   - A decision reads a key brought to its time with its parameters; only
+//     a decision that writes (a charged consume, a record) keeps the key so
+//     brought. A peek or a decision that charges nothing leaves the key as
+//     its last write left it. Only token buckets and GCRA can tell: tokens
+//     refill at the rate in force at the write that observes them, and a
+//     GCRA key keeps its theoretical arrival time across a change of
 //     limit, rounded up to a whole µs (stores count its fraction in
 //     1/limit µs).
-//   - A refund gives tokens back only within one window of the charge
-//     (windows: while the window or bucket it was counted in is current;
-//     leases: while the lease holds). Stores remember spent tickets that
-//     long and no longer.
-//   - A key whose state means "nothing held" is absent: an empty fixed
-//     window (the next hit of a first-hit window opens a new one), an empty
-//     sliding window, a full token bucket (full at whatever burst applies
-//     next), a GCRA key whose theoretical arrival time has passed, a key
-//     with no live leases.
+//   - A refund gives back its cost to the key as it stands, not brought to
+//     the present under the ticket's limits: a token bucket gets the
+//     tokens added to its count as of its last refill (the next decision
+//     caps it at its burst), a GCRA key's arrival time moves back, never
+//     before the present, by the lesser of the cost at the limit of its
+//     last write and the time the ticket took (whole µs).
+//     Refunds apply only within one window of the charge (windows: while
+//     the window or bucket it was counted in is current; leases: while the
+//     lease holds). Stores remember spent tickets that long and no longer.
+//   - A key whose state, after a write, means "nothing held" is absent: an
+//     empty fixed window (the next hit of a first-hit window opens a new
+//     one), an empty sliding window, a full token bucket (full at whatever
+//     burst applies next), a GCRA key whose theoretical arrival time has
+//     passed, a key with no live leases.
 
 // ruleSpec is what the model needs to know of a rule that cannot change
 // between decisions.
@@ -89,16 +95,23 @@ func newRuleModel(s ruleSpec) *ruleModel {
 // width is the width of a sliding window bucket, µs.
 func (m *ruleModel) width() int64 { return m.window / m.buckets }
 
-// at brings the key's state to now and returns it, nil when absent.
+// at returns the key's state brought to now under p, nil when absent. It
+// is a copy: the model's state changes only when a write keeps it (see
+// create).
 func (m *ruleModel) at(key string, now int64, p limits) *keyState {
 	s := m.keys[key]
 	if s == nil {
 		return nil
 	}
+	return m.bring(s.clone(), now, p)
+}
+
+// bring brings s to now under p, in place, and returns it (nil when it
+// means absent).
+func (m *ruleModel) bring(s *keyState, now int64, p limits) *keyState {
 	switch m.alg {
 	case floodgate.FixedWindow:
 		if now >= s.end {
-			delete(m.keys, key)
 			return nil
 		}
 	case floodgate.SlidingWindow:
@@ -136,10 +149,32 @@ func (m *ruleModel) at(key string, now int64, p limits) *keyState {
 	return s
 }
 
-// create returns the key's state, making an empty one at now if absent.
+// clone is a deep copy of s.
+func (s *keyState) clone() *keyState {
+	c := *s
+	if s.counts != nil {
+		c.counts = make(map[int64]int64, len(s.counts))
+		for b, n := range s.counts {
+			c.counts[b] = n
+		}
+	}
+	if s.tokens != nil {
+		c.tokens = new(big.Rat).Set(s.tokens)
+	}
+	if s.tat != nil {
+		c.tat = new(big.Rat).Set(s.tat)
+	}
+	c.leases = append([]lease(nil), s.leases...)
+	return &c
+}
+
+// create returns the key's state brought to now under p and kept (a
+// write), making an empty one at now if absent.
 func (m *ruleModel) create(key string, now int64, p limits) *keyState {
-	if s := m.at(key, now, p); s != nil {
-		return s
+	if s := m.keys[key]; s != nil {
+		if s = m.bring(s, now, p); s != nil {
+			return s
+		}
 	}
 	s := &keyState{}
 	switch m.alg {
@@ -306,9 +341,10 @@ func (m *ruleModel) take(key string, now, n, id int64, p limits) int64 {
 	return 0
 }
 
-// give returns n units taken at stamp (releases lease id).
-func (m *ruleModel) give(key string, now, n, stamp, id int64, p limits) {
-	s := m.at(key, now, p)
+// give returns n units taken at stamp (releases lease id) to the key as it
+// stands, not brought to now.
+func (m *ruleModel) give(key string, now, n, stamp, id int64, lim limits) {
+	s := m.keys[key]
 	if s == nil {
 		return
 	}
@@ -317,7 +353,7 @@ func (m *ruleModel) give(key string, now, n, stamp, id int64, p limits) {
 	}
 	switch m.alg {
 	case floodgate.FixedWindow:
-		if s.start == stamp {
+		if s.start == stamp && now < s.end {
 			s.count = max(0, s.count-n)
 		}
 	case floodgate.SlidingWindow:
@@ -327,12 +363,18 @@ func (m *ruleModel) give(key string, now, n, stamp, id int64, p limits) {
 		}
 	case floodgate.TokenBucket:
 		s.tokens.Add(s.tokens, big.NewRat(n, 1))
-		if full := big.NewRat(p.burst, 1); s.tokens.Cmp(full) > 0 {
-			s.tokens = full
-		}
 	case floodgate.GCRA:
 		d := gcraDebt(s, now)
-		d.Sub(d, ratio(n, m.window, p.limit))
+		if d.Sign() == 0 {
+			return
+		}
+		// The lesser of n units at the key's limit and the time the
+		// ticket took (whole µs).
+		back := ratio(n, m.window, s.tatLimit)
+		if lim.limit > s.tatLimit {
+			back = big.NewRat(n*m.window/lim.limit, 1)
+		}
+		d.Sub(d, back)
 		if d.Sign() < 0 {
 			d.SetInt64(0)
 		}
@@ -517,9 +559,16 @@ func (m *model) decide(mode floodgate.Mode, now int64, keys []string, lims []lim
 	for j, i := range out.idx {
 		r := m.rules[i]
 		out.rules[j].remaining, out.rules[j].reset = r.status(r.at(keys[i], now, lims[i]), now, lims[i])
-		r.tidy(keys[i], now, lims[i])
+		if wrote(mode, out, j) {
+			r.tidy(keys[i], now, lims[i])
+		}
 	}
 	return out
+}
+
+// wrote reports whether the decision out (in mode) wrote its j-th rule.
+func wrote(mode floodgate.Mode, out outcome, j int) bool {
+	return mode == floodgate.ModeRecord || mode == floodgate.ModeConsume && out.allowed && out.rules[j].allowed
 }
 
 // refund gives ticket t back at now, once.
@@ -530,9 +579,7 @@ func (m *model) refund(now int64, t int) {
 	}
 	tk.spent = true
 	for _, e := range tk.entries {
-		r := m.rules[e.rule]
-		r.give(e.key, now, tk.cost, e.stamp, e.lease, e.lim)
-		r.tidy(e.key, now, e.lim)
+		m.rules[e.rule].give(e.key, now, tk.cost, e.stamp, e.lease, e.lim)
 	}
 }
 

@@ -31,12 +31,7 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 	if bucket && hr.override && rng.IntN(2) == 0 {
 		hr.overrideBurst = between(1, 3*alt)
 	}
-	burstOf := func(l int64) int64 {
-		if hr.burst != 0 {
-			return hr.burst
-		}
-		return l
-	}
+	burstOf := func(l int64) int64 { return floodgate.ScaledBurst(limit, hr.burst, l) }
 	hr.alts = []limits{{limit, burstOf(limit)}}
 	if hr.dynamic {
 		hr.alts = append(hr.alts, limits{alt, burstOf(alt)})
@@ -125,15 +120,23 @@ func (h *harness) step(absent int) {
 			n = 1 // a lease of no slots is meaningless; keep it out of the contract
 		}
 		h.record(attrs, keys, n)
-	case r < 88:
+	case r < 86:
 		h.refund()
 		h.peek(attrs, keys, 0)
-	case r < 91:
+	case r < 89:
 		h.reset(attrs, keys)
 	default:
 		i := h.rng.IntN(len(h.lims)) // overridden rules ignore h.lims
 		h.lims[i] = h.alts[i][h.rng.IntN(len(h.alts[i]))]
 		h.logf("rule %s limits now %+v", h.specs[i].name, h.lims[i])
+		// Tickets and keys from before the change meet the new limits:
+		// a peek must leave them as they were, a refund give back no
+		// more than it took.
+		if h.rng.IntN(2) == 0 {
+			h.peek(attrs, keys, cost())
+			h.refund()
+			h.peek(attrs, keys, 0)
+		}
 	}
 }
 

@@ -347,6 +347,39 @@ func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 			}
 		}
 	})
+	t.Run("lease_then_rest", func(t *testing.T) {
+		// Releasing the leases (LeaseTicket) leaves the rest of the
+		// ticket refundable, once, and the other order works too.
+		for _, leaseFirst := range []bool{true, false} {
+			f := newFixture(t, store, fmt.Sprint("refund-lease-rest-", leaseFirst), nil,
+				counterRule("c", floodgate.Concurrency, 2, "user"),
+				floodgate.Rule{Name: "w", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}})
+			d := f.admit(x, 1)
+			lt, t2 := d.LeaseTicket(), d.Ticket()
+			if len(lt.Entries) != 1 || lt.Entries[0].Rule != "c" {
+				t.Fatalf("LeaseTicket entries %+v, want the concurrency rule alone", lt.Entries)
+			}
+			first, second := lt, t2
+			if !leaseFirst {
+				first, second = t2, lt
+			}
+			for _, tk := range []floodgate.Ticket{first, second, t2} {
+				if err := f.lim.Refund(f.ctx, tk); err != nil {
+					t.Fatalf("Refund: %v", err)
+				}
+			}
+			if got := f.remaining(x); got["c"] != 2 || got["w"] != 10 {
+				t.Fatalf("lease first %v: after both refunds remaining %v, want c:2 w:10", leaseFirst, got)
+			}
+			f.admit(x, 1)
+			if err := f.lim.Refund(f.ctx, t2); err != nil {
+				t.Fatalf("Refund: %v", err)
+			}
+			if got := f.remaining(x); got["w"] != 9 {
+				t.Fatalf("lease first %v: a spent ticket refunded again: remaining %v, want w:9", leaseFirst, got)
+			}
+		}
+	})
 	t.Run("lease_expired", func(t *testing.T) {
 		f := newFixture(t, store, "refund-lease", nil, counterRule("r", floodgate.Concurrency, 2, "user"))
 		a := f.admit(x, 1)
@@ -557,12 +590,105 @@ func testLimitChanges(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 			LimitFunc: func(context.Context, floodgate.Attributes) (int64, error) { return limit, nil }}
 		f := newFixture(t, store, "burst-lowered", nil, r)
 		f.admit(x, 10)
-		f.clock.Advance(530 * time.Millisecond)
-		f.allow(x, 0) // 5.3 tokens
+		f.clock.Advance(630 * time.Millisecond)
+		f.admit(x, 1) // 5.3 tokens left
 		limit = 5     // burst 5: the bucket holds 5 tokens, not 5.3
 		f.admit(x, 5)
 		if d := f.allow(x, 1); d.Allowed || d.RetryAfter != 200*time.Millisecond {
 			t.Fatalf("empty bucket refilling 5 a second: %+v, want denied for 200ms", d)
+		}
+	})
+	t.Run("refund_after_limit_raised", func(t *testing.T) {
+		// A ticket taken under a lower limit gives back its cost to the
+		// key as it stands under the new one: no more, however the
+		// limits compare.
+		limit := int64(10)
+		lf := func(context.Context, floodgate.Attributes) (int64, error) { return limit, nil }
+		r := floodgate.Rule{Name: "r", Algorithm: floodgate.TokenBucket, Limit: 10, Window: time.Minute, Key: []string{"user"}, LimitFunc: lf}
+		f := newFixture(t, store, "refund-raised-tb", nil, r)
+		old := f.admit(x, 1) // 9 of 10 left
+		limit = 100
+		f.clock.Advance(30 * time.Second) // +50 at 100/min
+		if d := f.admit(x, 20); d.Remaining != 39 {
+			t.Fatalf("token bucket raised to 100: %d left, want 39", d.Remaining)
+		}
+		f.refund(old)
+		if got := f.remaining(x)["r"]; got != 40 {
+			t.Fatalf("token bucket: refund of a 1-unit ticket taken at 10/min: %d left, want 40", got)
+		}
+
+		limit = 50
+		r = floodgate.Rule{Name: "r", Algorithm: floodgate.GCRA, Limit: 50, Window: time.Minute, Key: []string{"user"}, LimitFunc: lf}
+		f = newFixture(t, store, "refund-raised-gcra", nil, r)
+		old = f.admit(x, 1) // 1.2s of debt at 50/min
+		limit = 60
+		if d := f.admit(x, 58); d.Remaining != 0 { // 59.2 units of 60
+			t.Fatalf("gcra raised to 60: %d left, want 0", d.Remaining)
+		}
+		f.refund(old)
+		if got := f.remaining(x)["r"]; got != 1 {
+			t.Fatalf("gcra: refund of a 1-unit ticket taken at 50/min to an exhausted key: %d left, want 1", got)
+		}
+	})
+	t.Run("refund_after_limit_lowered", func(t *testing.T) {
+		limit := int64(100)
+		lf := func(context.Context, floodgate.Attributes) (int64, error) { return limit, nil }
+		for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+			limit = 100
+			r := floodgate.Rule{Name: "r", Algorithm: alg, Limit: 100, Window: time.Minute, Key: []string{"user"}, LimitFunc: lf}
+			f := newFixture(t, store, "refund-lowered-"+alg.String(), nil, r)
+			old := f.admit(x, 30)
+			limit = 10
+			// Capped at 10 tokens; GCRA's 18s of debt are 3 units at 10/min.
+			rest := f.remaining(x)["r"]
+			if d := f.admit(x, rest); d.Remaining != 0 {
+				t.Fatalf("%s: %d taken: %d left", alg, rest, d.Remaining)
+			}
+			f.refund(old)
+			// A bucket gets its 30 tokens back, capped; a GCRA key the
+			// 18s of debt the ticket took (3 units at 10/min), no more.
+			want := map[floodgate.Algorithm]int64{floodgate.TokenBucket: 10, floodgate.GCRA: 3}[alg]
+			if got := f.remaining(x)["r"]; got != want {
+				t.Fatalf("%s: refund of 30 taken at 100/min to an exhausted key at 10/min: %d left, want %d", alg, got, want)
+			}
+		}
+	})
+	t.Run("peek_never_writes", func(t *testing.T) {
+		// A peek (or a denial) under another limit reports the key under
+		// that limit and leaves it as it was.
+		limit := int64(10)
+		lf := func(context.Context, floodgate.Attributes) (int64, error) { return limit, nil }
+		for _, alg := range []floodgate.Algorithm{floodgate.TokenBucket, floodgate.GCRA} {
+			limit = 10
+			r := floodgate.Rule{Name: "r", Algorithm: alg, Limit: 10, Window: 10 * time.Second, Key: []string{"user"}, LimitFunc: lf}
+			f := newFixture(t, store, "peek-lowered-"+alg.String(), nil, r)
+			f.admit(x, 2)
+			f.clock.Advance(500 * time.Millisecond) // half a unit back
+			limit = 4
+			want := int64(4) // capped
+			if alg == floodgate.GCRA {
+				want = 3 // 1.5s of debt of 10s, 2.5s a unit
+			}
+			if got := f.remaining(x)["r"]; got != want {
+				t.Fatalf("%s: 8.5 of 10 left, limit lowered to 4: peek %d, want %d", alg, got, want)
+			}
+			if d := f.allow(x, 5); d.Allowed || !d.Never {
+				t.Fatalf("%s: 5 units under a capacity of 4: %+v, want never", alg, d)
+			}
+			f.clock.Advance(250 * time.Millisecond) // a quarter more
+			limit = 3
+			f.remaining(x)
+			limit = 10
+			if got := f.remaining(x)["r"]; got != 8 {
+				t.Fatalf("%s: limit back to 10 after peeks at 4 and 3: %d left, want 8", alg, got)
+			}
+			if d := f.admit(x, 8); d.Remaining != 0 {
+				t.Fatalf("%s: 8.75 of 10, 8 taken: %d left, want 0", alg, d.Remaining)
+			}
+			f.clock.Advance(250 * time.Millisecond) // whole again: 1.0
+			if d := f.admit(x, 1); d.Remaining != 0 {
+				t.Fatalf("%s: the peeks' fractions were kept: %d left, want 0", alg, d.Remaining)
+			}
 		}
 	})
 	t.Run("refund_after_override", func(t *testing.T) {

@@ -84,7 +84,7 @@ func TestChiRouter(t *testing.T) {
 	if code != 200 || h.Get("RateLimit") != `"per-user";r=39;t=1, "per-tenant";r=999;t=60` {
 		t.Fatalf("carol: %d %q", code, h.Get("RateLimit"))
 	}
-	if got := h.Get("RateLimit-Policy"); got != `"per-user";q=20;w=1, "per-tenant";q=1000;w=60` {
+	if got := h.Get("RateLimit-Policy"); got != `"per-user";q=40;w=2, "per-tenant";q=1000;w=60` /* burst 40 refilled at 20/s */ {
 		t.Errorf("RateLimit-Policy = %q", got)
 	}
 	for range 40 {

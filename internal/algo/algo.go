@@ -8,14 +8,23 @@
 //
 // A store evaluates one rule in these steps, holding whatever lock protects s:
 //
-//	Normalize(p, s, now)              // bring the state to now
-//	ok, never, retry := Check(p, s, now, n)
-//	if committing { Take(p, s, now, n, lease) }
-//	remaining, reset := Status(p, s, now)
+//	v := s                            // a copy, unless InPlace(p.Kind)
+//	Normalize(p, &v, now)             // bring the state to now
+//	ok, never, retry := Check(p, &v, now, n)
+//	if committing { Take(p, &v, now, n, lease); s = v }
+//	remaining, reset := Status(p, &v, now)
 //
-// Normalize changes only the representation of s, never its meaning (but for
-// the rounding of a GCRA key whose limit changed, see State), so it is safe
-// to call on a state that is then left uncommitted.
+// Normalizing a token bucket or a GCRA key applies the decision's limits to
+// it (the refill rate, the capacity, the unit of a GCRA fraction), so a
+// store keeps the normalized state only when the decision charges: a
+// decision that charges nothing (a peek, a denial) writes nothing, and a
+// later decision under other limits finds the key as the last charge left
+// it. Windows and leases normalize by the clock alone (InPlace): their
+// normalized state may always be kept.
+//
+// Give (a refund) is applied to the stored state without normalizing it,
+// so a key held under limits other than the ticket's keeps its meaning and
+// gets back exactly the units the ticket took.
 package algo
 
 import "time"
@@ -90,7 +99,20 @@ func (s *State) Reset() {
 	s.Leases = s.Leases[:0]
 }
 
-// Normalize brings s to the time now without changing what it means.
+// InPlace reports whether Normalize of a key of kind k depends on the clock
+// alone, so that a store may keep the normalized state without a charge:
+// true for sliding windows and leases. Other kinds are normalized on a copy
+// that is kept only when the decision charges (see the package doc).
+func InPlace(k Kind) bool { return k == SlidingWindow || k == Concurrency }
+
+// FixedExpiry reports whether a key of kind k that reached its Expiry
+// means "nothing held" under any limits: true for all but token buckets,
+// which are full only at the burst their expiry was computed with. A store
+// forgets an expired token bucket that a decision read but did not write
+// only in the background (where its limits may since have been raised).
+func FixedExpiry(k Kind) bool { return k != TokenBucket }
+
+// Normalize brings s to the time now under the limits of p.
 func Normalize(p *Params, s *State, now int64) {
 	switch p.Kind {
 	case FixedWindow:
@@ -189,12 +211,25 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 // Give returns n units taken at stamp (or releases the lease with the given
 // id). Units counted in a window that has since rolled are not returned, nor
 // are tokens taken a whole Window ago or more (so a store need remember a
-// spent ticket only that long); a bucket is never filled past its capacity.
-// s must be normalized.
+// spent ticket only that long).
+//
+// s is the stored state, normalized only if InPlace(p.Kind): a refund does
+// not bring a token bucket or a GCRA key to now under the ticket's limits,
+// which may no longer be the key's. A token bucket gets n tokens added to
+// its count as of its last refill; the next decision refills it and caps it
+// at that decision's burst, exactly as if the tokens had never been taken
+// (refilling is linear, and the cap applies either way). A GCRA key's
+// arrival time moves back, never before now, by the lesser of the time the
+// ticket took (n emission intervals at p.Limit, the ticket's limit, in
+// whole µs) and n units at the limit the key was last charged under
+// (State.C). So a refund gives back at most its cost in units, capped at
+// the capacity of the decision that next reads the key, and a GCRA refund
+// at most the time it took as well.
 func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
+	n = min(n, MaxUnits)
 	switch p.Kind {
 	case FixedWindow:
-		if stamp == s.A {
+		if s.Live && stamp == s.A && now < s.C {
 			s.B = max(0, s.B-n)
 		}
 	case SlidingWindow:
@@ -205,19 +240,25 @@ func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 			s.B -= d
 		}
 	case TokenBucket:
-		if now-stamp >= p.Window {
+		if !s.Live || now-stamp >= p.Window {
 			return
 		}
-		s.A += n
-		if s.A >= p.Burst {
-			s.A, s.B = p.Burst, 0
-		}
+		s.A = addClamped(s.A, n)
 	case GCRA:
-		if now-stamp >= p.Window {
+		if !s.Live || now-stamp >= p.Window || s.A < now {
 			return
 		}
-		d := max(0, gcraDebt(p, s, now)-n*p.Window)
-		s.A, s.B = now+d/p.Limit, d%p.Limit
+		c := s.C
+		if c <= 0 {
+			c = p.Limit
+		}
+		n = min(n, MaxUnits/p.Window)
+		back := n * p.Window // n units at c, in 1/c µs
+		if p.Limit > c {
+			back = n * p.Window / p.Limit * c // the time taken, floored to µs
+		}
+		d := max(0, (s.A-now)*c+s.B-back)
+		s.A, s.B = now+d/c, d%c
 	case Concurrency:
 		for i, l := range s.Leases {
 			if l.ID == lease {

@@ -45,6 +45,7 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer l.Close() // the next case's limiter of this name has other rules
 			users := make([]string, 64)
 			for i := range users {
 				users[i] = "u" + strconv.Itoa(i)

@@ -63,6 +63,7 @@ type entry struct {
 	ref   bool  // used since the eviction hand last passed
 	pin   bool  // part of the batch being applied
 	use   bool  // slot holds a key
+	wrote bool  // the batch being applied wrote st
 	next  int32 // next slot holding the same key under another scope, or -1
 	scope string
 	st    algo.State
@@ -211,7 +212,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 	}
 	s.lock(locks)
 	var ticketShard *shard
-	if b.Mode == floodgate.ModeRefund {
+	if b.Mode == floodgate.ModeRefund && !leasesOnly(b) {
 		// The spent-ticket record lives with the first op's shard, which
 		// is locked; so the check and the refund are one atomic step.
 		ticketShard = &s.shards[shardOf[0]]
@@ -250,7 +251,8 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 		sh := &s.shards[shardOf[i]]
 		e := &sh.entries[j]
 		e.pin = false
-		if e.exp <= now || b.Mode == floodgate.ModeReset {
+		p := toAlgo(&b.Ops[i].Params)
+		if b.Mode == floodgate.ModeReset || spent(&p, e, e.wrote, now) {
 			sh.remove(j)
 		}
 	}
@@ -277,19 +279,54 @@ func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 	}
 	e := &sh.entries[j]
 	p := toAlgo(&op.Params)
-	algo.Normalize(&p, &e.st, now)
-	ok, never, retry := algo.Check(&p, &e.st, now, b.Cost)
+	var tmp algo.State
+	v := view(&p, e, &tmp)
+	algo.Normalize(&p, v, now)
+	ok, never, retry := algo.Check(&p, v, now, b.Cost)
 	op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
 	allowed := ok || op.Shadow
-	if b.Mode == floodgate.ModeConsume && ok {
-		op.Stamp = algo.Take(&p, &e.st, now, b.Cost, b.Ticket)
+	charge := b.Mode == floodgate.ModeConsume && ok
+	if charge {
+		op.Stamp = algo.Take(&p, v, now, b.Cost, b.Ticket)
 	}
-	finish(&p, op, e, now)
+	settle(&p, op, e, v, charge, now)
 	b.Allowed = allowed && b.Mode == floodgate.ModeConsume
-	if e.exp <= now {
+	if spent(&p, e, charge, now) {
 		sh.remove(j)
 	}
 	sh.mu.Unlock()
+}
+
+// view is the state a decision on e works on: e's own for kinds that
+// normalize by the clock alone, else a copy in tmp that settle keeps only
+// when the decision charges. See package algo.
+func view(p *algo.Params, e *entry, tmp *algo.State) *algo.State {
+	if algo.InPlace(p.Kind) {
+		return &e.st
+	}
+	*tmp = e.st
+	return tmp
+}
+
+// settle fills op's remaining and reset from v, the state decided on, and
+// keeps v as e's state when the decision wrote (charged or recorded), with
+// its expiry. A decision that charged nothing leaves e as it was.
+func settle(p *algo.Params, op *floodgate.Op, e *entry, v *algo.State, wrote bool, now int64) {
+	rem, reset, exp := algo.StatusExpiry(p, v, now)
+	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
+	if wrote || algo.InPlace(p.Kind) {
+		e.exp = exp
+		if v != &e.st {
+			e.st = *v
+		}
+	}
+}
+
+// spent reports whether e may be forgotten after a decision at now: its
+// state means nothing held. An expired token bucket that the decision did
+// not write stays: it is full only at the burst of its last write.
+func spent(p *algo.Params, e *entry, wrote bool, now int64) bool {
+	return e.exp <= now && (wrote || !e.st.Live || algo.FixedExpiry(p.Kind))
 }
 
 func (s *Store) lock(locks []int) {
@@ -313,12 +350,18 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 	}
 	switch b.Mode {
 	case floodgate.ModeConsume, floodgate.ModePeek:
+		var tmpBuf [maxInline]algo.State
+		tmp := tmpBuf[:]
+		if len(b.Ops) > maxInline {
+			tmp = make([]algo.State, len(b.Ops))
+		}
 		allowed := true
 		for i := range b.Ops {
 			op, e := &b.Ops[i], entry(i)
 			p := toAlgo(&op.Params)
-			algo.Normalize(&p, &e.st, now)
-			ok, never, retry := algo.Check(&p, &e.st, now, b.Cost)
+			v := view(&p, e, &tmp[i])
+			algo.Normalize(&p, v, now)
+			ok, never, retry := algo.Check(&p, v, now, b.Cost)
 			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
 			if !ok && !op.Shadow {
 				allowed = false
@@ -327,10 +370,16 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 		for i := range b.Ops {
 			op, e := &b.Ops[i], entry(i)
 			p := toAlgo(&op.Params)
-			if b.Mode == floodgate.ModeConsume && allowed && op.Result.Allowed {
-				op.Stamp = algo.Take(&p, &e.st, now, b.Cost, b.Ticket)
+			v := &e.st
+			if !algo.InPlace(p.Kind) {
+				v = &tmp[i]
 			}
-			finish(&p, op, e, now)
+			charge := b.Mode == floodgate.ModeConsume && allowed && op.Result.Allowed
+			if charge {
+				op.Stamp = algo.Take(&p, v, now, b.Cost, b.Ticket)
+			}
+			settle(&p, op, e, v, charge, now)
+			e.wrote = charge
 		}
 		b.Allowed = allowed && b.Mode == floodgate.ModeConsume
 	case floodgate.ModeRecord:
@@ -341,7 +390,8 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 			op.Stamp = algo.Take(&p, &e.st, now, b.Cost, b.Ticket)
 			ok, never, retry := algo.Check(&p, &e.st, now, 1)
 			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-			finish(&p, op, e, now)
+			settle(&p, op, e, &e.st, true, now)
+			e.wrote = true
 		}
 	case floodgate.ModeRefund:
 		var keep int64
@@ -353,11 +403,22 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 				continue // the key is gone: its window has passed
 			}
 			e := entry(i)
-			algo.Normalize(&p, &e.st, now)
+			if algo.InPlace(p.Kind) {
+				algo.Normalize(&p, &e.st, now)
+			}
 			algo.Give(&p, &e.st, now, b.Cost, op.Stamp, b.Ticket)
-			finish(&p, op, e, now)
+			// The result reports the key as the refund leaves it, brought
+			// to now on a copy; the stored state and its expiry stay as
+			// they are (the key can only reach "nothing held" sooner).
+			var tmp algo.State
+			v := view(&p, e, &tmp)
+			algo.Normalize(&p, v, now)
+			settle(&p, op, e, v, false, now)
+			e.wrote = false
 		}
-		ticketShard.spent[b.Ticket] = now + keep
+		if ticketShard != nil {
+			ticketShard.spent[b.Ticket] = now + keep
+		}
 	case floodgate.ModeReset:
 		for i := range b.Ops {
 			b.Ops[i].Result = floodgate.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
@@ -365,11 +426,16 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 	}
 }
 
-// finish fills op's remaining and reset and records when e's key expires.
-func finish(p *algo.Params, op *floodgate.Op, e *entry, now int64) {
-	rem, reset, exp := algo.StatusExpiry(p, &e.st, now)
-	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
-	e.exp = exp
+// leasesOnly reports whether every op of b is a Concurrency rule: a refund
+// of leases alone is idempotent and keeps no spent-ticket record (see
+// floodgate.ModeRefund).
+func leasesOnly(b *floodgate.Batch) bool {
+	for i := range b.Ops {
+		if b.Ops[i].Params.Algorithm != floodgate.Concurrency {
+			return false
+		}
+	}
+	return true
 }
 
 func toAlgo(p *floodgate.Params) algo.Params {

@@ -158,10 +158,16 @@ func TestUnknownKeysThatChargeNothingAreNotStored(t *testing.T) {
 }
 
 func TestSweeperReclaimsExpiredKeys(t *testing.T) {
-	// One shard, so that one request at a later time moves the sweeper's
-	// notion of now for every key (each shard sweeps by the latest time it
-	// has seen).
-	store := memory.New(&memory.Options{Shards: 1, SweepInterval: 2 * time.Millisecond})
+	for _, shards := range []int{1, 64} {
+		t.Run(fmt.Sprint(shards, "shards"), func(t *testing.T) { testSweeperReclaims(t, shards) })
+	}
+}
+
+// testSweeperReclaims checks that the keys of shards that see no more
+// traffic are reclaimed too: the sweeper's now is the latest time any shard
+// has seen.
+func testSweeperReclaims(t *testing.T, shards int) {
+	store := memory.New(&memory.Options{Shards: shards, SweepInterval: 2 * time.Millisecond})
 	defer store.Close()
 	l, clock := floodLimiter(t, store, perIP(floodgate.FixedWindow, 5, time.Second))
 	ctx := context.Background()

@@ -221,19 +221,34 @@ func (s *Store) sweeper(interval time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
+			now := s.latest()
 			for i := range s.shards {
-				s.shards[i].sweepOnce()
+				s.shards[i].sweepOnce(now)
 			}
 		}
 	}
 }
 
-// sweepOnce reclaims expired keys and spent tickets in one stretch of the
-// shard, under its lock.
-func (sh *shard) sweepOnce() {
+// latest is the latest time any shard has seen, µs: the store's clock
+// (decisions carry the time; the store has no clock of its own). The
+// sweeper reclaims every shard against it, so a shard whose keys see no
+// more traffic is reclaimed too.
+func (s *Store) latest() int64 {
+	var now int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		now = max(now, sh.now)
+		sh.mu.Unlock()
+	}
+	return now
+}
+
+// sweepOnce reclaims the keys and spent tickets expired at now in one
+// stretch of the shard, under its lock.
+func (sh *shard) sweepOnce(now int64) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := sh.now
 	n := len(sh.entries)
 	for range min(n, sweepBatch) {
 		if sh.sweep >= n {

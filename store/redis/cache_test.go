@@ -24,7 +24,6 @@ func TestDenyCache(t *testing.T) {
 	defer store.Close()
 	lim, err := floodgate.New("cache", store, []floodgate.Rule{
 		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}},
-		{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour},
 	}, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +60,7 @@ func TestDenyCache(t *testing.T) {
 		t.Fatalf("script calls during the flood: %d, want 1 (the other key)", calls["evalsha"])
 	}
 	// Peeks are never answered from the cache: they report every rule's
-	// true state (global has 4 of its 1000 used: x's 3 and y's 1).
+	// true state.
 	srv.MustDo("CONFIG", "RESETSTAT")
 	for range 3 {
 		n, err := lim.Peek(ctx, x, 2)
@@ -69,7 +68,7 @@ func TestDenyCache(t *testing.T) {
 			t.Fatalf("peek at 2: %+v, %v; want denied", n, err)
 		}
 		for _, r := range n.Rules() {
-			want := map[string]int64{"user": 0, "global": 996}[r.Name]
+			want := map[string]int64{"user": 0}[r.Name]
 			if r.Remaining != want {
 				t.Fatalf("peek: rule %s remaining %d, want %d", r.Name, r.Remaining, want)
 			}
@@ -91,6 +90,95 @@ func TestDenyCache(t *testing.T) {
 	clock.Advance(41 * time.Second) // the window rolls
 	if d := lim.Allow(ctx, x); !d.Allowed {
 		t.Fatalf("next window: %+v, want admitted", d)
+	}
+}
+
+// TestDenyCacheMultiRule: a decision is answered locally only when every
+// one of its rules is a cached denial, and then exactly as Redis would
+// answer it. per-user 1/min and per-tenant 1/h, the tenant spent by
+// another user, x already cached as denied by per-user: {x, t} must not
+// come back with per-user's minute (a client honouring it would be
+// refused again) and per-tenant "admitted".
+func TestDenyCacheMultiRule(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := floodgate.NewManualClock(time.Now())
+	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lim, err := floodgate.New("cache-multi", store, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}},
+		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"tenant"}},
+	}, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	x := floodgate.Attributes{"user": "x"}
+	xt := floodgate.Attributes{"user": "x", "tenant": "t"}
+	if d := lim.Allow(ctx, x); !d.Allowed {
+		t.Fatalf("x's unit: %+v", d)
+	}
+	if d := lim.Allow(ctx, x); d.Allowed || d.RetryAfter != time.Minute {
+		t.Fatalf("x again: %+v, want denied for 1m (and cached)", d)
+	}
+	if d := lim.Allow(ctx, floodgate.Attributes{"user": "y", "tenant": "t"}); !d.Allowed {
+		t.Fatalf("y spends the tenant's unit: %+v", d)
+	}
+	clock.Advance(time.Second)
+	for range 3 {
+		d := lim.Allow(ctx, xt)
+		if d.Allowed || d.Rule != "per-tenant" || d.RetryAfter != time.Hour-time.Second {
+			t.Fatalf("{x, t}: %+v, want denied by per-tenant for 59m59s", d)
+		}
+		for _, r := range d.Rules() {
+			want := map[string]time.Duration{"per-user": 59 * time.Second, "per-tenant": time.Hour - time.Second}[r.Name]
+			if r.Allowed || r.Remaining != 0 || r.RetryAfter != want || r.ResetAfter != want {
+				t.Fatalf("{x, t}: rule %+v, want denied, 0 left, retry and reset %v", r, want)
+			}
+		}
+	}
+	// Now both rules are cached: the answer is local, and the same.
+	srv.MustDo("CONFIG", "RESETSTAT")
+	clock.Advance(500 * time.Millisecond)
+	d := lim.Allow(ctx, xt)
+	if d.Allowed || d.Rule != "per-tenant" || d.RetryAfter != time.Hour-1500*time.Millisecond {
+		t.Fatalf("{x, t} from the cache: %+v, want denied by per-tenant for 59m58.5s", d)
+	}
+	if calls := srv.CommandCalls(); calls["evalsha"] != 0 {
+		t.Fatalf("script calls with every rule cached: %d, want 0", calls["evalsha"])
+	}
+}
+
+// TestDenyCacheWholeMicros: a cached denial on the wall clock reports whole
+// microseconds, as every decision does.
+func TestDenyCacheWholeMicros(t *testing.T) {
+	srv := redistest.Start(t)
+	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lim, err := floodgate.New("cache-micros", store, []floodgate.Rule{
+		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}},
+	}, &floodgate.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	x := floodgate.Attributes{"user": "x"}
+	lim.Allow(ctx, x)
+	lim.Allow(ctx, x) // denied, cached
+	srv.MustDo("CONFIG", "RESETSTAT")
+	for range 20 {
+		d := lim.Allow(ctx, x)
+		if d.Allowed || d.RetryAfter%time.Microsecond != 0 || d.ResetAfter%time.Microsecond != 0 {
+			t.Fatalf("cached denial: %+v, want denied with whole microseconds", d)
+		}
+	}
+	if calls := srv.CommandCalls(); calls["evalsha"] != 0 {
+		t.Fatalf("script calls: %d, want 0 (answered from the cache)", calls["evalsha"])
 	}
 }
 

@@ -60,7 +60,9 @@
 //   - a denied decision's units stay charged on the other slots for at most
 //     one more round trip, during which a concurrent decision may be denied
 //     that would have been admitted: the skew is towards strictness, bounded
-//     by one round trip;
+//     by one round trip, and by ClusterDenyBound where another replica's
+//     over-limit cache learned such a denial (the store that gave the units
+//     back drops its own);
 //   - if the compensation itself fails (a node went away), those units stay
 //     charged until their window passes: stricter, never looser.
 //
@@ -78,21 +80,23 @@
 //
 // A denial of an enforced rule (not shadow, not concurrency) at cost n comes
 // with the exact time T until n would be admitted assuming no other
-// traffic. More traffic only moves T later, and a larger cost only later
-// still, so until T the store denies that rule key locally, for any cost
-// of at least n, without a round trip. The cache is keyed by rule key and
-// parameters (a changed limit bypasses it). Two things move T earlier: a
-// refund or reset (this store drops its entries for the keys it refunds or
-// resets; other instances' refunds are not seen, so this instance stays
+// traffic. More traffic only moves T later, so until T the store remembers
+// the denial, keyed by rule key and parameters (a changed limit bypasses
+// it). A consume at cost n is answered locally, without a round trip, only
+// when every one of its rules is such a denial (a fixed window's for any
+// cost from n up to its limit): the answer is then the one Redis would
+// give, the retry the latest of the denials, each rule's remaining units as
+// Redis reported them, retry and reset counted down from the reports in
+// whole microseconds. A decision with any rule not known denied goes to
+// Redis, since that rule may deny it for longer. Two things move T
+// earlier: a refund or reset (this store drops its entries for the keys it
+// refunds or resets, and for the keys a cross-slot compensation gives
+// back; other instances' refunds are not seen, so this instance stays
 // stricter until T, never looser), and clock drift (T is measured from the
 // local time the request was sent, so it lifts no later than the server's).
 // Only consumes are answered from the cache; peeks and records always go
 // to Redis, so they report every rule's true state (peeks still teach the
-// cache their denials). A locally denied consume reports the cached rules
-// exactly (remaining, retry and reset times); its other rules were not
-// evaluated: their per-rule detail says admitted, remaining = the rule's
-// full limit, no reset time. That detail means "not consulted", not the
-// rule's state; nothing was consumed from any rule, as for every denial.
+// cache their denials).
 // Options.DenyCacheSize bounds the cache or turns it off.
 //
 // # Failure

@@ -221,9 +221,18 @@ func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
 	}
 	if s.cache != nil && (b.Mode == floodgate.ModeConsume || b.Mode == floodgate.ModePeek) {
 		// A peek's denials are exact too, so consumes may learn from them.
-		s.cache.learn(b, local)
+		s.cache.learn(b, local, s.denyBound())
 	}
 	return nil
+}
+
+// denyBound caps how long (ns) the over-limit cache keeps a denial: see
+// ClusterDenyBound; 0 where decisions are never split across slots.
+func (s *Store) denyBound() int64 {
+	if s.tag == TagRule && s.run.cluster() {
+		return int64(ClusterDenyBound)
+	}
+	return 0
 }
 
 // localNow is the local clock reading (ns) the over-limit cache and the
@@ -289,6 +298,9 @@ func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 		now = ref
 	}
 	mode := int(b.Mode)
+	if b.Mode == floodgate.ModeRefund && leasesOnly(b) {
+		mode = modeCompensate // idempotent: no spent-ticket record (see floodgate.ModeRefund)
+	}
 	if !s.run.cluster() {
 		one := &single{}
 		g := &one.g
@@ -470,6 +482,9 @@ func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group,
 	for _, g := range back {
 		if g.c.err == nil {
 			s.results(b, g, true)
+			if s.cache != nil {
+				s.cache.gaveBack(b, g.idx, s.localNow(b))
+			}
 		}
 	}
 }

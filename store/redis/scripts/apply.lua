@@ -108,7 +108,8 @@ end
 -- batches touch it (a global rule's key is in every one). Batches see each
 -- other's writes in order, exactly as if each were its own call. sget
 -- returns a key's value or nil; sset and sdel change it; flush writes the
--- changed keys back, each with the TTL of its last write.
+-- changed keys back, each with the TTL of its last write (ms true: the
+-- key's TTL as it is).
 local cval, cms, cdirty = {}, {}, {}
 local function sget(k)
   local v = cval[k]
@@ -143,7 +144,9 @@ end
 local function flush()
   for k in pairs(cdirty) do
     local v = cval[k]
-    if v then
+    if v and cms[k] == true then
+      redis.call('SET', k, v, 'KEEPTTL')
+    elseif v then
       redis.call('SET', k, v, 'PX', cms[k])
     else
       redis.call('DEL', k)
@@ -342,7 +345,11 @@ local function apply(kb, blob)
           reset = ceildiv(d, limit)
           exp = now + reset
         end
-        if exp <= now then
+        -- Only a charge keeps the state as this decision saw it (see
+        -- internal/algo): a peek or an uncharged rule writes nothing.
+        if status ~= 2 then
+          -- nothing to write
+        elseif exp <= now then
           if sexists[i] then sdel(KEYS[kb + i]) end
         elseif dirty then
           sset(KEYS[kb + i], struct.pack(STATEFMT, a, b, c), ttl(exp))
@@ -663,10 +670,14 @@ local function apply(kb, blob)
     return 0
   end
 
+  -- give works on the stored state, normalized only for sliding windows and
+  -- leases: a refund does not bring a token bucket or a GCRA key to now
+  -- under the ticket's limits (see algo.Give).
   local function give(op, n, stamp)
     local k = op.kind
+    n = math.min(n, MAX)
     if k == 1 then
-      if stamp == op.a then
+      if stamp == op.a and now < op.c then
         op.b, op.dirty = math.max(0, op.b - n), true
       end
     elseif k == 2 then
@@ -678,14 +689,17 @@ local function apply(kb, blob)
       end
     elseif k == 3 then
       if now - stamp >= op.window then return end
-      op.a = op.a + n
-      if op.a >= op.burst then op.a, op.b = op.burst, 0 end
-      op.dirty = true
+      op.a, op.dirty = addc(op.a, n), true
     elseif k == 4 then
-      if now - stamp >= op.window then return end
-      local d = math.max(0, gcradebt(op) - n * op.window)
-      local q = fdiv(d, op.limit)
-      op.a, op.b, op.dirty = now + q, d - q * op.limit, true
+      if now - stamp >= op.window or op.a < now then return end
+      local c = op.c
+      if c <= 0 then c = op.limit end
+      n = math.min(n, fdiv(MAX, op.window))
+      local back = n * op.window
+      if op.limit > c then back = fdiv(n * op.window, op.limit) * c end
+      local d = math.max(0, (op.a - now) * c + op.b - back)
+      local q = fdiv(d, c)
+      op.a, op.b, op.dirty = now + q, d - q * c, true
     else
       local held = redis.call('HGET', op.key, ticket)
       if held then
@@ -814,14 +828,27 @@ local function apply(kb, blob)
     for i = 1, nops do load(ops[i]) end
     for i = 1, nops do
       local op = ops[i]
-      if op.exists and not normalize(op) then return miss(base) end
+      if op.exists and (op.kind == 2 or op.kind == 5) and not normalize(op) then return miss(base) end
     end
     for i = 1, nops do
       local op = ops[i]
       if op.exists then
         give(op, cost, op.stamp)
-        op.rem, op.reset = status(op)
-        persist(op)
+        if op.kind == 2 or op.kind == 5 then
+          op.rem, op.reset = status(op)
+          persist(op)
+        else
+          -- The given-back state is kept as it stands, with its TTL: the
+          -- key can only reach "nothing held" sooner. The reply reports it
+          -- brought to now.
+          if op.dirty then sset(op.key, struct.pack(STATEFMT, op.a, op.b, op.c), true) end
+          if op.kind == 1 and now >= op.c then
+            op.rem, op.reset = op.limit, 0 -- the window has passed
+          else
+            normalize(op) -- cannot miss: no window is opened
+            op.rem, op.reset = status(op)
+          end
+        end
       end
     end
     if mode == 3 then redis.call('SET', spentkey, '1', 'PX', ttl(now + keep)) end
@@ -857,7 +884,9 @@ local function apply(kb, blob)
       op.took = true
     end
     op.rem, op.reset = status(op)
-    persist(op)
+    -- Only a charge keeps a bucket's state as this decision saw it (see
+    -- internal/algo); windows and leases normalize by the clock alone.
+    if op.took or op.kind == 2 or op.kind == 5 then persist(op) end
   end
   return reply(allowed and mode == 0)
 end
