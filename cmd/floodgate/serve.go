@@ -269,7 +269,7 @@ func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), e
 	}
 	s, err := redis.New(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store.redis (%s): %w", redisTarget(r), err)
+		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
 	return s, func() { s.Close() }, nil
 }
@@ -278,14 +278,32 @@ func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), e
 func redisTarget(r *config.Redis) string {
 	switch {
 	case r.URL != "":
-		if u, err := url.Parse(r.URL); err == nil {
-			return u.Redacted()
-		}
-		return "url"
+		return config.RedactURL(r.URL)
 	case len(r.Cluster) > 0:
 		return "cluster " + strings.Join(r.Cluster, ",")
 	case r.Sentinel != nil:
 		return "sentinel " + r.Sentinel.Master
 	}
 	return "redis"
+}
+
+// withoutSecrets returns msg with r's passwords replaced by "xxxxx": an
+// error from the store may quote its URL or options.
+func withoutSecrets(msg string, r *config.Redis) string {
+	var secrets []string
+	if u, err := url.Parse(r.URL); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, pw, url.PathEscape(pw), url.QueryEscape(pw))
+		}
+	}
+	secrets = append(secrets, r.Password)
+	if r.Sentinel != nil {
+		secrets = append(secrets, r.Sentinel.Password)
+	}
+	for _, pw := range secrets {
+		if pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return msg
 }
