@@ -46,6 +46,11 @@ type Config struct {
 	// TokenClasses price the token classes that POST /v1/record's usage
 	// counts, in cost units per token; nil when none are configured.
 	TokenClasses floodgate.Weights
+	// RemovedLimiters name the limiters a hot reload may drop. A reload
+	// that would remove a serving limiter not named here is refused, so
+	// that a file read half written cannot take limiters from their
+	// clients. Starting the service ignores it.
+	RemovedLimiters []string
 	// Routes are the named candidate lists of POST /v1/select, in file
 	// order, with unique names; every candidate names one of Limiters.
 	Routes []Route

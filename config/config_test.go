@@ -89,6 +89,9 @@ func TestInvalid(t *testing.T) {
 			"redis_bad_url.yaml:2:16: store.redis.url: must start with redis://, rediss:// or unix://, got \"http://127.0.0.1:6379\"",
 			"redis_bad_url.yaml:2:51: store.redis.deadline: must be at least 1ms, got 0s",
 		}},
+		{"removed_limiters.yaml", []string{
+			"removed_limiters.yaml:4:25: removed_limiters[1]: limiter \"api\" is still defined under limiters",
+		}},
 		{"reserved_name.yaml", []string{
 			"reserved_name.yaml:2:11: limiters[0].name: names starting with \"envoy.\" are reserved for the domains of --envoy-config-dir",
 		}},

@@ -62,7 +62,7 @@ func (d *decoder) decode(data []byte) *Config {
 		return nil
 	}
 	root := doc.Content[0]
-	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes")
+	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes", "removed_limiters")
 	if f == nil {
 		return nil
 	}
@@ -112,7 +112,22 @@ func (d *decoder) decode(data []byte) *Config {
 	if n := f["routes"]; n != nil {
 		c.Routes = d.routes(n, named)
 	}
+	if n := f["removed_limiters"]; n != nil {
+		c.RemovedLimiters = d.removed(n, "removed_limiters", named)
+	}
 	return c
+}
+
+// removed decodes removed_limiters: names that the file no longer defines.
+func (d *decoder) removed(n *yaml.Node, path string, defined map[string]bool) []string {
+	names, _ := d.strs(n, path)
+	for i, name := range names {
+		if defined[name] {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			d.errorf(d.at(p, n), p, "limiter %q is still defined under limiters", name)
+		}
+	}
+	return names
 }
 
 // resolve follows aliases and charges the node budget.

@@ -413,6 +413,9 @@ func (s *Server) reload() error {
 		if c, err = config.Load(s.ConfigPath); err != nil {
 			return err
 		}
+		if err := checkRemovals(s.limiters.Load(), c); err != nil {
+			return err
+		}
 		if !reflect.DeepEqual(c.Store, s.Config.Store) {
 			s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
 				"file", s.ConfigPath)
@@ -437,6 +440,47 @@ func (s *Server) reload() error {
 	s.limiters.Store(set)
 	s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
 	return nil
+}
+
+// checkRemovals refuses a configuration that drops limiters of the serving
+// set without naming them under removed_limiters: a file written in place
+// and read half way looks like one whose last limiters were deleted.
+func checkRemovals(serving *limiterSet, c *config.Config) error {
+	kept := make(map[string]bool, len(c.Limiters)+len(c.RemovedLimiters))
+	for _, l := range c.Limiters {
+		kept[l.Name] = true
+	}
+	for _, name := range c.RemovedLimiters {
+		kept[name] = true
+	}
+	var dropped []string
+	for _, name := range serving.names {
+		if !kept[name] {
+			dropped = append(dropped, name)
+		}
+	}
+	if len(dropped) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: the file no longer defines %s %s, which the service is serving: "+
+		"if that is intended, list %s under removed_limiters (or restart the service); "+
+		"a file written in place may have been read half way: write a new file and rename it over the old one",
+		c.File, plural(len(dropped), "limiter", "limiters"), strings.Join(quoteAll(dropped), ", "), plural(len(dropped), "it", "them"))
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = fmt.Sprintf("%q", n)
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // limiter returns the current limiter named name, or nil.
