@@ -172,6 +172,9 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+		return nil, tooLarge(path, fmt.Sprintf("is %s", humanBytes(fi.Size())))
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -179,11 +182,35 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// tooLarge is the error of a file over MaxFileSize; size says how large.
+func tooLarge(name, size string) error {
+	return ErrorList{{File: name, Msg: fmt.Sprintf("the file %s; a configuration may be at most %s", size, humanBytes(MaxFileSize))}}
+}
+
+// humanBytes writes a size the way people read it: 512 bytes, 4 MiB,
+// 50.2 MiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	suffix := []string{"KiB", "MiB", "GiB", "TiB"}[i]
+	if v == float64(int64(v)) {
+		return fmt.Sprintf("%d %s", int64(v), suffix)
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}
+
 // Parse decodes and validates a configuration held in data. name is used in
 // error messages (usually the file name).
 func Parse(name string, data []byte) (*Config, error) {
 	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: %d bytes, larger than the %d bytes allowed", name, len(data), MaxFileSize)
+		return nil, tooLarge(name, "is larger than that")
 	}
 	d := &decoder{file: name, budget: maxNodes}
 	c := d.decode(data)

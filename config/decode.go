@@ -51,8 +51,8 @@ func (d *decoder) decode(data []byte) *Config {
 		msg := err.Error()
 		e := &Error{File: d.file, Msg: strings.TrimPrefix(msg, "yaml: ")}
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
 			e.Msg = m[2]
+			e.Line = syntaxErrorLine(data, e.Msg)
 		}
 		d.errs = append(d.errs, e)
 		return nil
@@ -128,6 +128,38 @@ func (d *decoder) removed(n *yaml.Node, path string, defined map[string]bool) []
 		}
 	}
 	return names
+}
+
+// syntaxErrorLine returns the line of a YAML syntax error whose message is
+// msg. The YAML package reports the line where the enclosing construct
+// starts (sometimes counted from 0), not the line at fault; the line at
+// fault is the one that, added to the lines before it, first makes the
+// document fail with msg. A binary search over prefixes finds it.
+func syntaxErrorLine(data []byte, msg string) int {
+	ends := []int{} // ends[i] is the end of line i+1, newline included
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(lines int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(data[:ends[lines-1]], &doc)
+		return err != nil && strings.HasSuffix(err.Error(), ": "+msg)
+	}
+	lo, hi := 0, len(ends) // prefix lo does not fail with msg; prefix hi does
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 // resolve follows aliases and charges the node budget.
