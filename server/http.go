@@ -268,18 +268,27 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) *httpError 
 	return nil
 }
 
+// isAdmin reports whether r carries the admin bearer token (never when
+// none is configured).
+func (s *Server) isAdmin(r *http.Request) bool {
+	if s.AdminToken == "" {
+		return false
+	}
+	want := sha256.Sum256([]byte(s.AdminToken))
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
 // admin guards h with the admin bearer token.
 func (s *Server) admin(h func(http.ResponseWriter, *http.Request) *httpError) func(http.ResponseWriter, *http.Request) *httpError {
-	want := sha256.Sum256([]byte(s.AdminToken))
 	return func(w http.ResponseWriter, r *http.Request) *httpError {
 		if s.AdminToken == "" {
 			return &httpError{status: http.StatusForbidden, kind: kindAdminDisabled,
 				detail: "admin endpoints are disabled: start the service with --admin-token or FLOODGATE_ADMIN_TOKEN"}
 		}
 		auth := r.Header.Get("Authorization")
-		scheme, token, ok := strings.Cut(auth, " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		if !s.isAdmin(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
 			detail := "the admin token is wrong"
 			if auth == "" {

@@ -36,8 +36,10 @@ import (
 
 // Defaults of a Server's optional fields.
 const (
-	DefaultHTTPAddr        = ":8080"
-	DefaultGRPCAddr        = ":8081"
+	// The listeners default to loopback: check and refund need no
+	// credentials, so exposing them is a decision (--http :8080).
+	DefaultHTTPAddr        = "127.0.0.1:8080"
+	DefaultGRPCAddr        = "127.0.0.1:8081"
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultGRPCStreamWorkers is how many goroutines serve gRPC calls by

@@ -74,8 +74,9 @@ Commands:
 
 const usageTail = `
 Run "floodgate <command> --help" for a command's flags. With no flags,
-"floodgate serve" starts on :8080 (HTTP) and :8081 (gRPC) with the memory
-store and ./floodgate.yaml, or a built-in sample configuration.
+"floodgate serve" starts on 127.0.0.1:8080 (HTTP) and 127.0.0.1:8081
+(gRPC), loopback only, with the memory store and ./floodgate.yaml, or a
+built-in sample configuration.
 `
 
 func (m *Main) usage(w io.Writer) {
