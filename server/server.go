@@ -83,6 +83,11 @@ type Server struct {
 	// ShutdownTimeout bounds how long Close waits for in-flight requests;
 	// 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// DrainPeriod is how long Close keeps accepting requests after it has
+	// turned readiness off (/readyz 503, gRPC health NOT_SERVING, HTTP
+	// keep-alive off), so that load balancers stop sending before the
+	// listeners close. 0 means none.
+	DrainPeriod time.Duration
 
 	// Registerer receives the service's metrics and Gatherer serves
 	// /metrics; nil means a fresh registry for both.
@@ -316,9 +321,15 @@ func (s *Server) GRPCAddress() string {
 	return s.grpcLn.Addr().String()
 }
 
-// Close stops the service gracefully: the listeners stop accepting, health
-// checks report NOT_SERVING, and in-flight requests finish (for at most
-// ShutdownTimeout, after which they are cut off). It does not close Store.
+// ErrShutdownTimeout is what Close returns when requests were still in
+// flight after ShutdownTimeout and were cut off.
+var ErrShutdownTimeout = errors.New("server: requests still in flight after the shutdown timeout were cut off")
+
+// Close stops the service gracefully: health checks report NOT_SERVING and
+// readiness fails, for DrainPeriod the listeners still accept, then they
+// stop accepting and in-flight requests finish (for at most
+// ShutdownTimeout, after which they are cut off and Close returns
+// ErrShutdownTimeout). It does not close Store.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		if s.done == nil {
@@ -328,11 +339,15 @@ func (s *Server) Close() error {
 		if s.watcher != nil {
 			s.watcher.close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
-		defer cancel()
 		if s.health != nil {
 			s.health.Shutdown()
 		}
+		if s.DrainPeriod > 0 {
+			s.httpSrv.SetKeepAlivesEnabled(false) // clients reconnect, elsewhere
+			time.Sleep(s.DrainPeriod)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+		defer cancel()
 		var wg sync.WaitGroup
 		if s.grpcSrv != nil {
 			wg.Add(1)
@@ -348,8 +363,10 @@ func (s *Server) Close() error {
 			}()
 		}
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
-			s.closeErr = fmt.Errorf("server: shutdown: %w", err)
 			s.httpSrv.Close()
+		}
+		if ctx.Err() != nil {
+			s.closeErr = ErrShutdownTimeout
 		}
 		wg.Wait()
 		s.wg.Wait()

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPasswordNeverPrinted: a Redis URL that does not parse puts its
@@ -43,5 +46,92 @@ func TestPasswordNeverPrintedByTheStore(t *testing.T) {
 	out, _ := exec.Command(binary, "serve", "--config", path, "--http", "127.0.0.1:0", "--grpc", "-").CombinedOutput()
 	if !strings.Contains(string(out), "store.redis") || strings.Contains(string(out), secret) {
 		t.Errorf("serve with an unreachable Redis:\n%s", out)
+	}
+}
+
+// holdRequest starts a check whose body never ends, so that it is in
+// flight until the connection is cut.
+func holdRequest(t *testing.T, s *service) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	req, _ := http.NewRequest("POST", s.http+"/v1/check", pr)
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	io.WriteString(pw, `{"limiter":"api",`)
+	time.Sleep(200 * time.Millisecond)
+}
+
+// waitExit waits up to d for the process to exit.
+func (s *service) waitExit(d time.Duration) bool {
+	select {
+	case <-s.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// TestSecondSignal: a second SIGTERM during a shutdown that waits for a
+// request in flight exits at once, with status 1.
+func TestSecondSignal(t *testing.T) {
+	s := startService(t, limitYAML(5), nil, "--shutdown-timeout", "60s")
+	holdRequest(t, s)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the shutdown to begin", func() bool { return s.logged("shutting down") })
+	if s.waitExit(300 * time.Millisecond) {
+		t.Fatal("exited without waiting for the request in flight")
+	}
+	s.cmd.Process.Signal(syscall.SIGINT)
+	if !s.waitExit(5 * time.Second) {
+		t.Fatal("a second signal did not make it exit")
+	}
+	if code := exitCode(s.err); code != 1 {
+		t.Errorf("exit status after a second signal: %d, want 1", code)
+	}
+}
+
+// TestShutdownTimeoutExit: requests cut off by --shutdown-timeout are
+// logged, and the exit status is 0, as docs/operations.md says.
+func TestShutdownTimeoutExit(t *testing.T) {
+	s := startService(t, limitYAML(5), nil, "--shutdown-timeout", "500ms")
+	holdRequest(t, s)
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	if !s.waitExit(5 * time.Second) {
+		t.Fatal("no exit after the shutdown timeout")
+	}
+	if s.err != nil {
+		t.Errorf("exit after the shutdown timeout: %v, want status 0", s.err)
+	}
+	if !s.logged("shutdown timeout: requests still in flight were cut off") {
+		t.Errorf("the cut-off requests are not logged:\n%s", s.logText())
+	}
+}
+
+// TestDrain: with --drain, readiness fails first while the listener still
+// answers, and only then the listener closes.
+func TestDrain(t *testing.T) {
+	s := startService(t, limitYAML(5), nil, "--drain", "1s")
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the shutdown to begin", func() bool { return s.logged("shutting down") })
+	resp, err := http.Get(s.http + "/readyz")
+	if err != nil {
+		t.Fatalf("the listener closed at once: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !resp.Close {
+		t.Errorf("/readyz while draining: %d (Connection: close %v), want 503 and close", resp.StatusCode, resp.Close)
+	}
+	if code, _ := s.call("POST", "/v1/check", `{"limiter":"api","attributes":{"user":"u"}}`); code != 200 {
+		t.Errorf("a check while draining: %d", code)
+	}
+	if !s.waitExit(5 * time.Second) {
+		t.Fatal("no exit after the drain")
+	}
+	if s.err != nil {
+		t.Errorf("exit: %v", s.err)
 	}
 }

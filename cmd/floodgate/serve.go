@@ -32,8 +32,10 @@ Runs the decision service: the HTTP JSON API and /metrics on --http, gRPC
 
 The configuration file is watched and reloaded when it changes, and on
 SIGHUP; a broken file is rejected and the previous configuration keeps
-serving. SIGTERM or SIGINT shuts down gracefully: the listeners stop
-accepting, requests in flight finish, the store is closed.
+serving. SIGTERM or SIGINT shuts down gracefully: readiness fails, after
+--drain the listeners stop accepting, requests in flight finish (within
+--shutdown-timeout), the store is closed, and the exit status is 0. A
+second signal exits at once, with status 1.
 
 Secrets are best passed in the environment: FLOODGATE_ADMIN_TOKEN and
 FLOODGATE_TICKET_SECRET are read when the flags are not given.
@@ -52,6 +54,7 @@ type serveFlags struct {
 	tlsCert         string
 	tlsKey          string
 	shutdownTimeout time.Duration
+	drain           time.Duration
 	grpcWorkers     int
 	watch           bool
 }
@@ -71,6 +74,7 @@ func (m *Main) serve(ctx context.Context, args []string) int {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `file` for both listeners (with --tls-cert)")
 	fs.IntVar(&f.grpcWorkers, "grpc-workers", server.DefaultGRPCStreamWorkers, "goroutines kept to serve gRPC calls (0: a new goroutine per call)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	fs.DurationVar(&f.drain, "drain", 0, "on shutdown, how long to keep serving with readiness failing before the listeners close")
 	fs.BoolVar(&f.watch, "watch", true, "reload the configuration file when it changes")
 	if code, ok := m.parseArgs(fs, args); !ok {
 		return code
@@ -157,6 +161,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		AdminToken:        adminToken,
 		TicketSecret:      []byte(secret),
 		ShutdownTimeout:   f.shutdownTimeout,
+		DrainPeriod:       f.drain,
 		GRPCStreamWorkers: grpcWorkers(f.grpcWorkers),
 		Registerer:        reg,
 		Gatherer:          reg,
@@ -186,7 +191,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 	for {
 		select {
 		case <-ctx.Done():
-			return shutdown(srv, logger, "context done")
+			return shutdown(srv, logger, "context done", f.drain, sigs)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				if path == "" && f.envoyDir == "" {
@@ -197,17 +202,38 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 				srv.Reload()
 				continue
 			}
-			return shutdown(srv, logger, sig.String())
+			return shutdown(srv, logger, sig.String(), f.drain, sigs)
 		}
 	}
 }
 
-func shutdown(srv *server.Server, logger *slog.Logger, why string) error {
-	logger.Info("shutting down", "reason", why)
+// errForced is runServe's error when a second signal cut the shutdown
+// short.
+var errForced = errors.New("a second signal during shutdown: stopped without waiting for requests in flight")
+
+// shutdown closes srv, and gives up at once on a second SIGINT or SIGTERM.
+// Requests cut off by the shutdown timeout are logged, not an error: the
+// shutdown went as configured.
+func shutdown(srv *server.Server, logger *slog.Logger, why string, drain time.Duration, sigs <-chan os.Signal) error {
+	logger.Info("shutting down", "reason", why, "drain", drain.String())
 	start := time.Now()
-	err := srv.Close()
-	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
-	return err
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	for {
+		select {
+		case err := <-closed:
+			if errors.Is(err, server.ErrShutdownTimeout) {
+				logger.Warn("shutdown timeout: requests still in flight were cut off")
+				err = nil
+			}
+			logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+			return err
+		case sig := <-sigs:
+			if sig != syscall.SIGHUP {
+				return errForced
+			}
+		}
+	}
 }
 
 // grpcWorkers maps --grpc-workers onto Server.GRPCStreamWorkers, where 0
