@@ -227,7 +227,8 @@ func (s *Server) seal(d *floodgate.Decision) (string, *httpError) {
 // counted, and leaves the limiter stricter.
 func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError {
 	var req refundRequest
-	if e := s.decode(w, r, &req); e != nil {
+	limit := s.refundBodyBytes()
+	if e := decodeJSON(http.MaxBytesReader(w, r.Body, limit), &req, limit); e != nil {
 		return e
 	}
 	if req.Ticket == "" {
@@ -242,14 +243,26 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 		// The refund outlives the request: a client that hangs up must not
 		// leave the units taken.
 		ctx := context.WithoutCancel(r.Context())
-		if err := l.Refund(ctx, t); err != nil {
+		switch err := l.Refund(ctx, t); {
+		case err != nil:
 			s.metrics.refunds.WithLabelValues(t.Limiter, "failed").Inc()
-		} else {
+		case !s.refunded.first(t.ID):
+			s.metrics.refunds.WithLabelValues(t.Limiter, "replayed").Inc()
+		default:
 			s.metrics.refunds.WithLabelValues(t.Limiter, "applied").Inc()
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// refundBodyBytes caps refund bodies. A ticket holds the key of each rule
+// it charged, and a key can be nearly as long as a check body: the cap is
+// what base64 makes of that many keys, so that every ticket the service
+// issues can be refunded.
+func (s *Server) refundBodyBytes() int64 {
+	rules := max(s.limiters.Load().maxRules, 1)
+	return s.MaxBodyBytes*int64(rules)*4/3 + 4<<10
 }
 
 // handleReset serves POST /v1/reset (admin): forgets the state of every

@@ -123,6 +123,7 @@ type Server struct {
 	envoy    *envoy.Service
 	store    floodgate.Store // Store, instrumented
 	secret   []byte
+	refunded refunded
 	reloadMu sync.Mutex
 
 	httpLn, grpcLn net.Listener
@@ -143,6 +144,9 @@ type limiterSet struct {
 	byName  map[string]*floodgate.Limiter
 	names   []string // sorted
 	gateway *gateway
+	// maxRules is the most rules a limiter has: the most keys a ticket
+	// holds.
+	maxRules int
 }
 
 // reloadState is what /readyz reports about the configuration.
@@ -216,6 +220,8 @@ func (s *Server) Open() error {
 	}
 	if tlsConfig != nil {
 		s.httpLn = tls.NewListener(s.httpLn, tlsConfig)
+	} else {
+		s.httpLn = problemListener{s.httpLn}
 	}
 	s.httpSrv = &http.Server{
 		Handler:           s.Handler(),
@@ -389,6 +395,7 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		}
 		set.byName[cl.Name] = l
 		set.names = append(set.names, cl.Name)
+		set.maxRules = max(set.maxRules, len(cl.Rules))
 	}
 	sort.Strings(set.names)
 	gw, err := buildGateway(c, set)
