@@ -135,3 +135,29 @@ func TestDrain(t *testing.T) {
 		t.Errorf("exit: %v", s.err)
 	}
 }
+
+// TestLoadInterrupted: Ctrl-C ends a load run with its summary and, when
+// no request failed, exit status 0.
+func TestLoadInterrupted(t *testing.T) {
+	s := startService(t, limitYAML(5), nil)
+	cmd := exec.Command(binary, "load", "--addr", s.http, "--limiter", "api", "--attribute", "user",
+		"--concurrency", "2", "--duration", "1m", "--quiet")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 0 || !strings.Contains(stdout.String(), "requests") {
+			t.Errorf("load after Ctrl-C: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("load did not stop on SIGINT")
+	}
+}
