@@ -385,14 +385,16 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters))}
 	for i := range c.Limiters {
 		cl := &c.Limiters[i]
+		bl := &breakerLog{logger: s.Logger}
 		l, err := cl.New(s.store, floodgate.Options{
-			Observer: s.metrics.observe,
+			Observer: s.observer(bl),
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 		})
 		if err != nil {
 			return nil, err
 		}
+		bl.limiter = l
 		set.byName[cl.Name] = l
 		set.names = append(set.names, cl.Name)
 		set.maxRules = max(set.maxRules, len(cl.Rules))

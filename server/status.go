@@ -142,6 +142,11 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) *httpErro
 	return nil
 }
 
+// readyzPingTimeout bounds /readyz's store ping, well under the 1s timeout
+// of a Kubernetes probe, so that a hung store makes the service unready
+// rather than the probe time out.
+const readyzPingTimeout = 250 * time.Millisecond
+
 // Pinger is implemented by stores that can tell whether they are reachable
 // (a Redis store). /readyz calls it; stores without it are always reachable.
 type Pinger interface {
@@ -184,7 +189,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	out.Store.Reachable = true
 	if p, ok := s.Store.(Pinger); ok {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyzPingTimeout)
 		err := p.Ping(ctx)
 		cancel()
 		if err != nil {

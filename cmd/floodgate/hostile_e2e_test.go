@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
 // TestPasswordNeverPrinted: a Redis URL that does not parse puts its
@@ -160,4 +162,34 @@ func TestLoadInterrupted(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("load did not stop on SIGINT")
 	}
+}
+
+// TestRedisHang: while Redis hangs, /readyz answers 503 well within a
+// Kubernetes probe's 1s timeout; when it is back, the breaker's closing is
+// logged.
+func TestRedisHang(t *testing.T) {
+	rs := redistest.Start(t)
+	s := startService(t, "store:\n  redis: {url: \"redis://"+rs.Addr+"/0\", deadline: 50ms}\n"+limitYAML(1000), nil)
+	check := func() decision {
+		return s.decide("/v1/check", `{"limiter":"api","attributes":{"user":"u"}}`)
+	}
+	if d := check(); d.Reason == "store" {
+		t.Fatalf("decided by policy before the hang: %+v", d)
+	}
+	rs.Pause()
+	defer rs.Resume()
+	start := time.Now()
+	code, body := s.call("GET", "/readyz", "")
+	if took := time.Since(start); code != 503 || took > 600*time.Millisecond {
+		t.Errorf("/readyz during the hang: %d after %v, want 503 well under 1s: %s", code, took, body)
+	}
+	waitFor(t, "the breaker to open", func() bool {
+		check()
+		return s.logged("floodgate: store circuit breaker opened")
+	})
+	rs.Resume()
+	waitFor(t, "decisions by the rules", func() bool { return check().Reason != "store" })
+	waitFor(t, "the closing to be logged", func() bool {
+		return s.logged("store circuit breaker closed: decisions are made by the rules again")
+	})
 }
