@@ -124,6 +124,7 @@ type Server struct {
 	store    floodgate.Store // Store, instrumented
 	secret   []byte
 	refunded refunded
+	draining atomic.Bool // Close's drain period: answers close their connection
 	reloadMu sync.Mutex
 
 	httpLn, grpcLn net.Listener
@@ -224,7 +225,7 @@ func (s *Server) Open() error {
 		s.httpLn = problemListener{s.httpLn}
 	}
 	s.httpSrv = &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.closingWhenDraining(s.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -349,7 +350,7 @@ func (s *Server) Close() error {
 			s.health.Shutdown()
 		}
 		if s.DrainPeriod > 0 {
-			s.httpSrv.SetKeepAlivesEnabled(false) // clients reconnect, elsewhere
+			s.draining.Store(true)
 			time.Sleep(s.DrainPeriod)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
@@ -378,6 +379,19 @@ func (s *Server) Close() error {
 		s.wg.Wait()
 	})
 	return s.closeErr
+}
+
+// closingWhenDraining makes every answer close its HTTP/1 connection during
+// the drain period, so that keep-alive clients reconnect (to another
+// instance) after a whole exchange, rather than find the connection cut
+// when the listener closes. Idle connections are left alone until then.
+func (s *Server) closingWhenDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // build makes the limiters of c on the server's store.

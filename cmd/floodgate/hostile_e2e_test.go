@@ -138,6 +138,39 @@ func TestDrain(t *testing.T) {
 	}
 }
 
+// TestDrainKeepAlive: a keep-alive client that sends throughout a drained
+// shutdown gets answers, then refused connections, and never a connection
+// cut under it.
+func TestDrainKeepAlive(t *testing.T) {
+	s := startService(t, limitYAML(1000000), nil, "--drain", "500ms")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	var answered, refused int
+	for i := 0; ; i++ {
+		if i == 5 {
+			s.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		resp, err := client.Post(s.http+"/v1/check", "application/json", strings.NewReader(`{"limiter":"api","attributes":{"user":"u"}}`))
+		switch {
+		case err == nil:
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			answered++
+		case strings.Contains(err.Error(), "connection refused"):
+			refused++
+		default:
+			t.Errorf("request %d: %v", i, err)
+		}
+		if refused > 0 || i > 2000 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if answered < 10 || refused == 0 {
+		t.Errorf("%d answered, %d refused; want answers during the drain, then refusals", answered, refused)
+	}
+	s.waitExit(5 * time.Second)
+}
+
 // TestLoadInterrupted: Ctrl-C ends a load run with its summary and, when
 // no request failed, exit status 0.
 func TestLoadInterrupted(t *testing.T) {
