@@ -253,3 +253,27 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestWatchWaitsForQuiet: a file written in place in two steps a moment
+// apart is read once, whole, after it has gone quiet.
+func TestWatchWaitsForQuiet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, twoLimiters)
+	ts := newTestServer(t, twoLimiters, nil, func(s *Server) {
+		s.ConfigPath, s.WatchConfig = path, true
+	})
+	whole := strings.Replace(twoLimiters, "limit: 5", "limit: 6", 1)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(whole) / 2
+	f.WriteString(whole[:half])
+	time.Sleep(250 * time.Millisecond)
+	f.WriteString(whole[half:])
+	f.Close()
+	eventually(t, "the whole file to be applied", func() bool { return ts.limitOf() == 6 })
+	if got := testutil.ToFloat64(ts.metrics.reloads.WithLabelValues("failure")); got != 0 {
+		t.Errorf("%v failed reloads: the half-written file was read", got)
+	}
+}
