@@ -44,6 +44,11 @@ type Config struct {
 	// TokenClasses price the token classes that POST /v1/record's usage
 	// counts, in cost units per token; nil when none are configured.
 	TokenClasses floodgate.Weights
+	// RemovedLimiters name the limiters a hot reload may drop. A reload
+	// that would remove a serving limiter not named here is refused, so
+	// that a file read half written cannot take limiters from their
+	// clients. Starting the service ignores it.
+	RemovedLimiters []string
 	// Routes are the named candidate lists of POST /v1/select, in file
 	// order, with unique names; every candidate names one of Limiters.
 	Routes []Route
@@ -161,6 +166,30 @@ func (l *Limiter) New(store floodgate.Store, opts floodgate.Options) (*floodgate
 // ErrorList whose entries name path, line, column and field.
 func Load(path string) (*Config, error) { return LoadWith(path, Options{}) }
 
+// tooLarge is the error of a file over MaxFileSize; size says how large.
+func tooLarge(name, size string) error {
+	return ErrorList{{File: name, Msg: fmt.Sprintf("the file %s; a configuration may be at most %s", size, humanBytes(MaxFileSize))}}
+}
+
+// humanBytes writes a size the way people read it: 512 bytes, 4 MiB,
+// 50.2 MiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	suffix := []string{"KiB", "MiB", "GiB", "TiB"}[i]
+	if v == float64(int64(v)) {
+		return fmt.Sprintf("%d %s", int64(v), suffix)
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}
+
 // Parse decodes and validates a configuration held in data. name is used in
 // error messages (usually the file name).
 func Parse(name string, data []byte) (*Config, error) { return ParseWith(name, data, Options{}) }
@@ -168,7 +197,7 @@ func Parse(name string, data []byte) (*Config, error) { return ParseWith(name, d
 // ParseWith is Parse with options.
 func ParseWith(name string, data []byte, o Options) (*Config, error) {
 	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: %d bytes, larger than the %d bytes allowed", name, len(data), MaxFileSize)
+		return nil, tooLarge(name, "is larger than that")
 	}
 	d := &decoder{file: name, budget: maxNodes, opts: o}
 	c := d.decode(data)

@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,15 @@ func TestInvalid(t *testing.T) {
 		{"empty_rules.yaml", []string{
 			"empty_rules.yaml:3:12: limiters[0].rules: must hold at least one rule",
 		}},
+		{"every_error.yaml", []string{
+			"every_error.yaml:1:17: failure_policy: must be open or closed, got \"sometimes\"",
+			"every_error.yaml:7:16: limiters[0].rules[0].limit: must be at least 1, got -5",
+			"every_error.yaml:9:16: limiters[0].rules[0].burst: applies to token_bucket and gcra only, not fixed_window",
+			"every_error.yaml:14:18: limiters[0].rules[1].buckets: window 1s does not divide into 7 buckets of whole microseconds",
+			"every_error.yaml:19:16: limiters[0].rules[2].burst: must be at least 1, got 0 (leave burst out for a burst of limit)",
+			"every_error.yaml:23:17: limiters[0].rules[3].window: must be at least 1ms, got 0s",
+			"every_error.yaml:25:40: limiters[0].rules[3].overrides[0].limit: must be at least 1, got 0",
+		}},
 		{"failure_policy.yaml", []string{
 			"failure_policy.yaml:1:17: failure_policy: must be open or closed, got \"ajar\"",
 			"failure_policy.yaml:4:21: limiters[0].failure_policy: must be open or closed, got \"shut\"",
@@ -88,6 +98,9 @@ func TestInvalid(t *testing.T) {
 		{"redis_bad_url.yaml", []string{
 			"redis_bad_url.yaml:2:16: store.redis.url: must start with redis://, rediss:// or unix://, got \"http://127.0.0.1:6379\"",
 			"redis_bad_url.yaml:2:51: store.redis.deadline: must be at least 1ms, got 0s",
+		}},
+		{"removed_limiters.yaml", []string{
+			"removed_limiters.yaml:4:25: removed_limiters[1]: limiter \"api\" is still defined under limiters",
 		}},
 		{"reserved_name.yaml", []string{
 			"reserved_name.yaml:2:11: limiters[0].name: names starting with \"envoy.\" are reserved for the domains of --envoy-config-dir",
@@ -124,6 +137,12 @@ func TestInvalid(t *testing.T) {
 		}},
 		{"syntax.yaml", []string{
 			"syntax.yaml:3: did not find expected node content",
+		}},
+		{"syntax_flow.yaml", []string{
+			"syntax_flow.yaml:5: did not find expected ',' or ']'",
+		}},
+		{"syntax_tab.yaml", []string{
+			"syntax_tab.yaml:3: found a tab character that violates indentation",
 		}},
 		{"tier_limit.yaml", []string{
 			"tier_limit.yaml:12:24: limiters[0].rules[0].tiers.pro.limit: must be at least 1, got 0",
@@ -339,6 +358,17 @@ func TestTooLarge(t *testing.T) {
 	_, err := Parse("big.yaml", make([]byte, MaxFileSize+1))
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("err = %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 50<<20+200<<10); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path)
+	if got, want := fmt.Sprint(err), path+": the file is 50.2 MiB; a configuration may be at most 4 MiB"; got != want {
+		t.Errorf("Load of a 50 MiB file: %s, want %s", got, want)
 	}
 }
 

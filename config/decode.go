@@ -52,8 +52,8 @@ func (d *decoder) decode(data []byte) *Config {
 		msg := err.Error()
 		e := &Error{File: d.file, Msg: strings.TrimPrefix(msg, "yaml: ")}
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
 			e.Msg = m[2]
+			e.Line = syntaxErrorLine(data, e.Msg)
 		}
 		d.errs = append(d.errs, e)
 		return nil
@@ -63,7 +63,7 @@ func (d *decoder) decode(data []byte) *Config {
 		return nil
 	}
 	root := doc.Content[0]
-	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes")
+	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes", "removed_limiters")
 	if f == nil {
 		return nil
 	}
@@ -116,7 +116,54 @@ func (d *decoder) decode(data []byte) *Config {
 	if n := f["routes"]; n != nil {
 		c.Routes = d.routes(n, named)
 	}
+	if n := f["removed_limiters"]; n != nil {
+		c.RemovedLimiters = d.removed(n, "removed_limiters", named)
+	}
 	return c
+}
+
+// removed decodes removed_limiters: names that the file no longer defines.
+func (d *decoder) removed(n *yaml.Node, path string, defined map[string]bool) []string {
+	names, _ := d.strs(n, path)
+	for i, name := range names {
+		if defined[name] {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			d.errorf(d.at(p, n), p, "limiter %q is still defined under limiters", name)
+		}
+	}
+	return names
+}
+
+// syntaxErrorLine returns the line of a YAML syntax error whose message is
+// msg. The YAML package reports the line where the enclosing construct
+// starts (sometimes counted from 0), not the line at fault; the line at
+// fault is the one that, added to the lines before it, first makes the
+// document fail with msg. A binary search over prefixes finds it.
+func syntaxErrorLine(data []byte, msg string) int {
+	ends := []int{} // ends[i] is the end of line i+1, newline included
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	fails := func(lines int) bool {
+		var doc yaml.Node
+		err := yaml.Unmarshal(data[:ends[lines-1]], &doc)
+		return err != nil && strings.HasSuffix(err.Error(), ": "+msg)
+	}
+	lo, hi := 0, len(ends) // prefix lo does not fail with msg; prefix hi does
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fails(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 // resolve follows aliases and charges the node budget.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +54,10 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 	var sources []ruleSource
 	if v := f["rules"]; v != nil {
 		for i, item := range d.sequence(v, path+".rules") {
-			r, src := d.rule(item, fmt.Sprintf("%s.rules[%d]", path, i), tierAttr)
+			p := fmt.Sprintf("%s.rules[%d]", path, i)
+			before := len(d.errs)
+			r, src := d.rule(item, p, tierAttr)
+			d.checkRule(r, item, p, src, d.errs[before:])
 			l.Rules = append(l.Rules, r)
 			sources = append(sources, src)
 		}
@@ -74,6 +78,85 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 		}
 	}
 	return l, true
+}
+
+// checkRule reports every problem floodgate.New finds in the rule r at
+// path, not only the first: it validates r alone, and after each complaint
+// sets the field at fault to a value New accepts and validates again.
+// Fields that decoding already reported (reported) are not reported twice.
+func (d *decoder) checkRule(r floodgate.Rule, n *yaml.Node, path string, src ruleSource, reported ErrorList) {
+	done := make(map[string]bool, len(reported))
+	for _, e := range reported {
+		field := strings.TrimPrefix(e.Field, path+".")
+		if field == "algorithm" || field == path || strings.HasPrefix(e.Msg, "unknown field") {
+			return // the rest depends on what the rule is, or on a misspelt field
+		}
+		done[field] = true
+	}
+	r.Overrides = slices.Clone(r.Overrides)
+	for range 32 {
+		_, err := floodgate.New("check", nopStore{}, []floodgate.Rule{r}, nil)
+		var ce *floodgate.ConfigError
+		if err == nil || !errors.As(err, &ce) || ce.RuleIndex != 0 {
+			return
+		}
+		field := ruleField(ce.Field, src)
+		if !done[field] {
+			done[field] = true
+			p := path + "." + field
+			d.errorf(d.nearest(p, n), p, "%s", ce.Reason)
+		}
+		if !neutralize(&r, ce.Field) {
+			return
+		}
+	}
+}
+
+// neutralize sets the field of r that floodgate.New named to a value it
+// accepts, and reports whether it knew how.
+func neutralize(r *floodgate.Rule, field string) bool {
+	var i int
+	var sub string
+	if n, _ := fmt.Sscanf(field, "overrides[%d].%s", &i, &sub); n == 2 && i < len(r.Overrides) {
+		o := &r.Overrides[i]
+		switch sub {
+		case "match":
+			o.Match = floodgate.Attributes{"a": "a"}
+		case "limit":
+			o.Limit, o.Burst = 1, 0
+		case "burst":
+			o.Burst = 0
+		default:
+			return false
+		}
+		return true
+	}
+	switch {
+	case field == "name":
+		r.Name = "rule"
+	case field == "limit" && r.Limit < 1:
+		r.Limit = 1
+	case field == "limit": // too large, with the burst or the window
+		r.Limit, r.Burst, r.Window = 1, 0, time.Second
+		for i := range r.Overrides {
+			r.Overrides[i].Burst = 0
+		}
+	case field == "window" || field == "buckets" && r.Buckets == 0:
+		r.Window = time.Second
+	case field == "buckets":
+		r.Buckets = 0
+	case field == "burst":
+		r.Burst = 0
+	case field == "align":
+		r.Align, r.Location = floodgate.AlignFirstHit, nil
+	case field == "location":
+		r.Location = nil
+	case strings.HasPrefix(field, "key["):
+		r.Key = nil
+	default:
+		return false
+	}
+	return true
 }
 
 func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, ruleSource) {
@@ -110,7 +193,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 		r.Window, _ = d.duration(v, path+".window")
 	}
 	if v := f["burst"]; v != nil {
-		r.Burst, _ = d.integer(v, path+".burst")
+		r.Burst = d.burst(v, path+".burst")
 	}
 	if v := f["buckets"]; v != nil {
 		r.Buckets, _ = d.integer(v, path+".buckets")
@@ -193,8 +276,18 @@ func (d *decoder) limits(n *yaml.Node, path string, f map[string]*yaml.Node, o *
 		d.errorf(n, path+".limit", "must be set")
 	}
 	if v := f["burst"]; v != nil {
-		o.Burst, _ = d.integer(v, path+".burst")
+		o.Burst = d.burst(v, path+".burst")
 	}
+}
+
+// burst decodes a burst: 0 would mean "the default" to floodgate.New, so
+// written out it is an error rather than a silent default.
+func (d *decoder) burst(n *yaml.Node, path string) int64 {
+	b, ok := d.integer(n, path)
+	if ok && b == 0 {
+		d.errorf(n, path, "must be at least 1, got 0 (leave burst out for a burst of limit)")
+	}
+	return b
 }
 
 // orderedKeys returns a mapping's keys in file order.

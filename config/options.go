@@ -23,6 +23,9 @@ func LoadWith(path string, o Options) (*Config, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxFileSize {
+		return nil, tooLarge(path, fmt.Sprintf("is %s", humanBytes(fi.Size())))
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -80,12 +81,16 @@ func (d *decoder) redis(n *yaml.Node, path string) *Redis {
 	if v := f["url"]; v != nil {
 		p := path + ".url"
 		if s, ok := d.str(v, p); ok {
+			// Errors print the URL redacted: it may carry a password.
 			u, err := url.Parse(s)
+			var ue *url.Error
 			switch {
+			case errors.As(err, &ue) && !isEscapeError(ue.Err):
+				d.errorf(v, p, "%q is not a valid URL: %v", RedactURL(s), ue.Err)
 			case err != nil:
-				d.errorf(v, p, "%v", err)
+				d.errorf(v, p, "%q is not a valid URL", RedactURL(s))
 			case u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix":
-				d.errorf(v, p, "must start with redis://, rediss:// or unix://, got %q", s)
+				d.errorf(v, p, "must start with redis://, rediss:// or unix://, got %q", RedactURL(s))
 			default:
 				r.URL = s
 			}
@@ -183,6 +188,13 @@ func (d *decoder) fallback(n *yaml.Node, path string) *Fallback {
 		}
 	}
 	return fb
+}
+
+// isEscapeError reports whether err is about a %-escape, whose message
+// quotes part of the URL (perhaps of its password).
+func isEscapeError(err error) bool {
+	var e url.EscapeError
+	return errors.As(err, &e)
 }
 
 // addrs decodes a non-empty list of host:port addresses.

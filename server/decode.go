@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,14 +10,22 @@ import (
 	"strings"
 )
 
-// decode reads r's JSON body into v: one object, no unknown fields, at
-// most MaxBodyBytes.
+// decode reads r's JSON body into v: one object, no unknown fields, field
+// names in their exact case, none twice, no null map values (see
+// strictCheck), at most MaxBodyBytes.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *httpError {
 	return decodeJSON(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes), v, s.MaxBodyBytes)
 }
 
 func decodeJSON(body io.Reader, v any, limit int64) *httpError {
-	dec := json.NewDecoder(body)
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return jsonError(err, limit)
+	}
+	if e := strictCheck(data, v); e != nil {
+		return e
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err, limit)

@@ -156,7 +156,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"too many candidates", "/v1/select", many, 400, kindInvalidRequest, "candidates: at most 64, got 65"},
 		{"unknown exclude", "/v1/select", `{"route":"chat","exclude":["primary","backpu"]}`, 400, kindInvalidRequest, `exclude[1]: no candidate named "backpu" in this list`},
 		{"select unknown field", "/v1/select", `{"route":"chat","cost":2}`, 400, kindInvalidRequest, `unknown field "cost"; see docs/http-api.md`},
-		{"candidate unknown field", "/v1/select", `{"candidates":[{"limiter":"keys","attrs":{}}]}`, 400, kindInvalidRequest, `unknown field "attrs"; see docs/http-api.md`},
+		{"candidate unknown field", "/v1/select", `{"candidates":[{"limiter":"keys","attrs":{}}]}`, 400, kindInvalidRequest, `unknown field "candidates[0].attrs"; see docs/http-api.md`},
 		{"cost and usage", "/v1/record", `{"limiter":"keys","cost":1,"usage":{"input":1}}`, 400, kindInvalidRequest, "cost and usage: set one, not both"},
 		{"unknown class", "/v1/record", `{"limiter":"keys","usage":{"input":1,"audio":2}}`, 400, kindInvalidRequest, `usage: unknown token class "audio"`},
 		{"negative count", "/v1/record", `{"limiter":"keys","usage":{"input":-1}}`, 400, kindInvalidRequest, `usage: token class "input": count -1 must not be negative`},

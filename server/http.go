@@ -231,7 +231,8 @@ func (s *Server) seal(d *floodgate.Decision) (string, *httpError) {
 // counted, and leaves the limiter stricter.
 func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError {
 	var req refundRequest
-	if e := s.decode(w, r, &req); e != nil {
+	limit := s.refundBodyBytes()
+	if e := decodeJSON(http.MaxBytesReader(w, r.Body, limit), &req, limit); e != nil {
 		return e
 	}
 	if req.Ticket == "" {
@@ -246,14 +247,26 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 		// The refund outlives the request: a client that hangs up must not
 		// leave the units taken.
 		ctx := context.WithoutCancel(r.Context())
-		if err := l.Refund(ctx, t); err != nil {
+		switch err := l.Refund(ctx, t); {
+		case err != nil:
 			s.metrics.refunds.WithLabelValues(t.Limiter, "failed").Inc()
-		} else {
+		case !s.refunded.first(t.ID):
+			s.metrics.refunds.WithLabelValues(t.Limiter, "replayed").Inc()
+		default:
 			s.metrics.refunds.WithLabelValues(t.Limiter, "applied").Inc()
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// refundBodyBytes caps refund bodies. A ticket holds the key of each rule
+// it charged, and a key can be nearly as long as a check body: the cap is
+// what base64 makes of that many keys, so that every ticket the service
+// issues can be refunded.
+func (s *Server) refundBodyBytes() int64 {
+	rules := max(s.limiters.Load().maxRules, 1)
+	return s.MaxBodyBytes*int64(rules)*4/3 + 4<<10
 }
 
 // handleReset serves POST /v1/reset (admin): forgets the state of every
@@ -272,18 +285,27 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) *httpError 
 	return nil
 }
 
+// isAdmin reports whether r carries the admin bearer token (never when
+// none is configured).
+func (s *Server) isAdmin(r *http.Request) bool {
+	if s.AdminToken == "" {
+		return false
+	}
+	want := sha256.Sum256([]byte(s.AdminToken))
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
 // admin guards h with the admin bearer token.
 func (s *Server) admin(h func(http.ResponseWriter, *http.Request) *httpError) func(http.ResponseWriter, *http.Request) *httpError {
-	want := sha256.Sum256([]byte(s.AdminToken))
 	return func(w http.ResponseWriter, r *http.Request) *httpError {
 		if s.AdminToken == "" {
 			return &httpError{status: http.StatusForbidden, kind: kindAdminDisabled,
 				detail: "admin endpoints are disabled: start the service with --admin-token or FLOODGATE_ADMIN_TOKEN"}
 		}
 		auth := r.Header.Get("Authorization")
-		scheme, token, ok := strings.Cut(auth, " ")
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		if !s.isAdmin(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="floodgate"`)
 			detail := "the admin token is wrong"
 			if auth == "" {

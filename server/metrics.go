@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"limiter"}),
 		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_refunds_total",
-			Help: "Ticket refunds by limiter and result: applied, failed (store error) or rejected (forged or malformed ticket; limiter is empty).",
+			Help: "Ticket refunds by limiter and result: applied, replayed (a ticket this instance refunded already; the store gives nothing back twice), failed (store error) or rejected (forged or malformed ticket; limiter is empty).",
 		}, []string{"limiter", "result"}),
 		selects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_select_total",

@@ -17,6 +17,7 @@ const (
 	kindUnknownRoute   = "unknown-route"
 	kindInvalidTicket  = "invalid-ticket"
 	kindBodyTooLarge   = "body-too-large"
+	kindHeaderTooLarge = "header-too-large"
 	kindUnauthorized   = "unauthorized"
 	kindAdminDisabled  = "admin-disabled"
 	kindNotFound       = "not-found"

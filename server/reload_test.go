@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,4 +159,121 @@ func TestWatchConfigMap(t *testing.T) {
 	}
 	os.RemoveAll(v1)
 	eventually(t, "the ConfigMap swap", func() bool { return ts.limitOf() == 8 })
+}
+
+const twoLimiters = `
+limiters:
+  - name: api
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1m}
+  - name: search
+    rules:
+      - {name: per-user, key: [user], algorithm: fixed_window, limit: 5, window: 1m}
+`
+
+// TestTornWrite writes a two-limiter file in place in two steps, as a slow
+// writer does: the first half alone parses, but it is not applied, and the
+// second limiter keeps serving its clients.
+func TestTornWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, twoLimiters)
+	ts := newTestServer(t, twoLimiters, nil, func(s *Server) {
+		s.ConfigPath, s.WatchConfig = path, true
+	})
+	half := strings.Replace(twoLimiters, "limit: 5", "limit: 6", 1)
+	half = half[:strings.Index(half, "  - name: search")]
+	writeFile(t, path, half)
+	eventually(t, "the half file to be rejected", func() bool {
+		return testutil.ToFloat64(ts.metrics.reloads.WithLabelValues("failure")) == 1
+	})
+	if code, _, b := ts.do("POST", "/v1/check", `{"limiter":"search","attributes":{"user":"u"}}`); code != 200 {
+		t.Errorf("search after the half write: %d %s", code, b)
+	}
+	if got := ts.limitOf(); got != 5 {
+		t.Errorf("api's limit after the half write is %d, want the old 5", got)
+	}
+	_, _, b := ts.do("GET", "/readyz", "")
+	if !strings.Contains(string(b), `no longer defines limiter \"search\"`) {
+		t.Errorf("readyz does not say why: %s", b)
+	}
+	writeFile(t, path, strings.Replace(twoLimiters, "limit: 5", "limit: 6", 1))
+	eventually(t, "the whole file to be applied", func() bool { return ts.limitOf() == 6 })
+
+	// Saying so in the file removes a limiter.
+	writeFile(t, path, half+"removed_limiters: [search]\n")
+	eventually(t, "the removal to be applied", func() bool {
+		code, _, _ := ts.do("POST", "/v1/check", `{"limiter":"search","attributes":{"user":"u"}}`)
+		return code == 404
+	})
+}
+
+// TestWatchRecovers: deleting the file is logged and reported, and putting
+// the same content back clears the failure, even after a SIGHUP-style
+// Reload recorded it.
+func TestWatchRecovers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, limitConfig(3))
+	var logs syncBuffer
+	ts := newTestServer(t, limitConfig(3), nil, func(s *Server) {
+		s.ConfigPath, s.WatchConfig = path, true
+		s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Reload(); err == nil {
+		t.Fatal("Reload of a deleted file succeeded")
+	}
+	eventually(t, "the deletion to be logged", func() bool {
+		return strings.Contains(logs.String(), "the configuration file is gone or unreadable")
+	})
+	writeFile(t, path, limitConfig(3))
+	eventually(t, "the failure to clear", func() bool {
+		return testutil.ToFloat64(ts.metrics.lastReloadOK) == 1
+	})
+	if _, _, b := ts.do("GET", "/readyz", ""); strings.Contains(string(b), "last_reload_error") {
+		t.Errorf("readyz after the file came back: %s", b)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWatchWaitsForQuiet: a file written in place in two steps a moment
+// apart is read once, whole, after it has gone quiet.
+func TestWatchWaitsForQuiet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floodgate.yaml")
+	writeFile(t, path, twoLimiters)
+	ts := newTestServer(t, twoLimiters, nil, func(s *Server) {
+		s.ConfigPath, s.WatchConfig = path, true
+	})
+	whole := strings.Replace(twoLimiters, "limit: 5", "limit: 6", 1)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(whole) / 2
+	f.WriteString(whole[:half])
+	time.Sleep(250 * time.Millisecond)
+	f.WriteString(whole[half:])
+	f.Close()
+	eventually(t, "the whole file to be applied", func() bool { return ts.limitOf() == 6 })
+	if got := testutil.ToFloat64(ts.metrics.reloads.WithLabelValues("failure")); got != 0 {
+		t.Errorf("%v failed reloads: the half-written file was read", got)
+	}
 }

@@ -36,8 +36,10 @@ import (
 
 // Defaults of a Server's optional fields.
 const (
-	DefaultHTTPAddr        = ":8080"
-	DefaultGRPCAddr        = ":8081"
+	// The listeners default to loopback: check and refund need no
+	// credentials, so exposing them is a decision (--http :8080).
+	DefaultHTTPAddr        = "127.0.0.1:8080"
+	DefaultGRPCAddr        = "127.0.0.1:8081"
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultGRPCStreamWorkers is how many goroutines serve gRPC calls by
@@ -81,6 +83,11 @@ type Server struct {
 	// ShutdownTimeout bounds how long Close waits for in-flight requests;
 	// 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// DrainPeriod is how long Close keeps accepting requests after it has
+	// turned readiness off (/readyz 503, gRPC health NOT_SERVING, HTTP
+	// keep-alive off), so that load balancers stop sending before the
+	// listeners close. 0 means none.
+	DrainPeriod time.Duration
 
 	// Registerer receives the service's metrics and Gatherer serves
 	// /metrics; nil means a fresh registry for both.
@@ -119,6 +126,8 @@ type Server struct {
 	envoy    *envoy.Service
 	store    floodgate.Store // Store, instrumented
 	secret   []byte
+	refunded refunded
+	draining atomic.Bool // Close's drain period: answers close their connection
 	reloadMu sync.Mutex
 
 	httpLn, grpcLn net.Listener
@@ -139,6 +148,9 @@ type limiterSet struct {
 	byName  map[string]*floodgate.Limiter
 	names   []string // sorted
 	gateway *gateway
+	// maxRules is the most rules a limiter has: the most keys a ticket
+	// holds.
+	maxRules int
 }
 
 // reloadState is what /readyz reports about the configuration.
@@ -213,9 +225,11 @@ func (s *Server) Open() error {
 	}
 	if tlsConfig != nil {
 		s.httpLn = tls.NewListener(s.httpLn, tlsConfig)
+	} else {
+		s.httpLn = problemListener{s.httpLn}
 	}
 	s.httpSrv = &http.Server{
-		Handler:           s.Handler(),
+		Handler:           s.closingWhenDraining(s.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -318,9 +332,15 @@ func (s *Server) GRPCAddress() string {
 	return s.grpcLn.Addr().String()
 }
 
-// Close stops the service gracefully: the listeners stop accepting, health
-// checks report NOT_SERVING, and in-flight requests finish (for at most
-// ShutdownTimeout, after which they are cut off). It does not close Store.
+// ErrShutdownTimeout is what Close returns when requests were still in
+// flight after ShutdownTimeout and were cut off.
+var ErrShutdownTimeout = errors.New("server: requests still in flight after the shutdown timeout were cut off")
+
+// Close stops the service gracefully: health checks report NOT_SERVING and
+// readiness fails, for DrainPeriod the listeners still accept, then they
+// stop accepting and in-flight requests finish (for at most
+// ShutdownTimeout, after which they are cut off and Close returns
+// ErrShutdownTimeout). It does not close Store.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		if s.done == nil {
@@ -330,11 +350,15 @@ func (s *Server) Close() error {
 		if s.watcher != nil {
 			s.watcher.close()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
-		defer cancel()
 		if s.health != nil {
 			s.health.Shutdown()
 		}
+		if s.DrainPeriod > 0 {
+			s.draining.Store(true)
+			time.Sleep(s.DrainPeriod)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)
+		defer cancel()
 		var wg sync.WaitGroup
 		if s.grpcSrv != nil {
 			wg.Add(1)
@@ -350,13 +374,28 @@ func (s *Server) Close() error {
 			}()
 		}
 		if err := s.httpSrv.Shutdown(ctx); err != nil {
-			s.closeErr = fmt.Errorf("server: shutdown: %w", err)
 			s.httpSrv.Close()
+		}
+		if ctx.Err() != nil {
+			s.closeErr = ErrShutdownTimeout
 		}
 		wg.Wait()
 		s.wg.Wait()
 	})
 	return s.closeErr
+}
+
+// closingWhenDraining makes every answer close its HTTP/1 connection during
+// the drain period, so that keep-alive clients reconnect (to another
+// instance) after a whole exchange, rather than find the connection cut
+// when the listener closes. Idle connections are left alone until then.
+func (s *Server) closingWhenDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // build makes the limiters of c on the server's store.
@@ -369,8 +408,9 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		if prev != nil {
 			replaces = prev.byName[cl.Name]
 		}
+		bl := &breakerLog{logger: s.Logger}
 		l, err := cl.New(s.store, floodgate.Options{
-			Observer: s.observe,
+			Observer: s.observer(bl),
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 			Replaces: replaces,
@@ -378,8 +418,10 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		if err != nil {
 			return nil, err
 		}
+		bl.limiter = l
 		set.byName[cl.Name] = l
 		set.names = append(set.names, cl.Name)
+		set.maxRules = max(set.maxRules, len(cl.Rules))
 	}
 	sort.Strings(set.names)
 	gw, err := buildGateway(c, set)
@@ -424,6 +466,9 @@ func (s *Server) reload() error {
 		if c, err = config.LoadWith(s.ConfigPath, config.Options{EnvoyDomains: s.EnvoyConfigDir != ""}); err != nil {
 			return err
 		}
+		if err := checkRemovals(s.limiters.Load(), c); err != nil {
+			return err
+		}
 		if !reflect.DeepEqual(c.Store, s.Config.Store) {
 			s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
 				"file", s.ConfigPath)
@@ -448,6 +493,47 @@ func (s *Server) reload() error {
 	s.limiters.Store(set)
 	s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
 	return nil
+}
+
+// checkRemovals refuses a configuration that drops limiters of the serving
+// set without naming them under removed_limiters: a file written in place
+// and read half way looks like one whose last limiters were deleted.
+func checkRemovals(serving *limiterSet, c *config.Config) error {
+	kept := make(map[string]bool, len(c.Limiters)+len(c.RemovedLimiters))
+	for _, l := range c.Limiters {
+		kept[l.Name] = true
+	}
+	for _, name := range c.RemovedLimiters {
+		kept[name] = true
+	}
+	var dropped []string
+	for _, name := range serving.names {
+		if !kept[name] {
+			dropped = append(dropped, name)
+		}
+	}
+	if len(dropped) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: the file no longer defines %s %s, which the service is serving: "+
+		"if that is intended, list %s under removed_limiters (or restart the service); "+
+		"a file written in place may have been read half way: write a new file and rename it over the old one",
+		c.File, plural(len(dropped), "limiter", "limiters"), strings.Join(quoteAll(dropped), ", "), plural(len(dropped), "it", "them"))
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = fmt.Sprintf("%q", n)
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // limiter returns the current limiter named name, or nil.

@@ -263,6 +263,11 @@ func TestRefund(t *testing.T) {
 	if d4 := ts.decide("/v1/check", body); d4.Allowed {
 		t.Errorf("a replayed refund released a lease")
 	}
+	applied := testutil.ToFloat64(ts.metrics.refunds.WithLabelValues("leases", "applied"))
+	replayed := testutil.ToFloat64(ts.metrics.refunds.WithLabelValues("leases", "replayed"))
+	if applied != 1 || replayed != 1 {
+		t.Errorf("refunds applied %v, replayed %v; want 1 and 1", applied, replayed)
+	}
 
 	// Forged and altered tickets are refused without touching anything.
 	raw := []byte(d3.Ticket)
@@ -296,6 +301,11 @@ func TestErrors(t *testing.T) {
 		{"unknown limiter", "POST", "/v1/check", `{"limiter":"nope"}`, nil, 404, kindUnknownLimiter, `limiter: no limiter named "nope"; GET /v1/limiters lists them`},
 		{"no limiter", "POST", "/v1/check", `{"attributes":{}}`, nil, 400, kindInvalidRequest, "limiter: must be set"},
 		{"unknown field", "POST", "/v1/check", `{"limiter":"api","cots":1}`, nil, 400, kindInvalidRequest, `unknown field "cots"; see docs/http-api.md`},
+		{"field in another case", "POST", "/v1/check", `{"Limiter":"api"}`, nil, 400, kindInvalidRequest, `unknown field "Limiter" (field names are case-sensitive: "limiter"); see docs/http-api.md`},
+		{"field twice", "POST", "/v1/check", `{"limiter":"api","cost":1,"cost":0}`, nil, 400, kindInvalidRequest, "cost: given twice"},
+		{"attribute twice", "POST", "/v1/check", `{"limiter":"api","attributes":{"user":"a","user":"b"}}`, nil, 400, kindInvalidRequest, "attributes.user: given twice"},
+		{"null attribute", "POST", "/v1/check", `{"limiter":"api","attributes":{"user":null}}`, nil, 400, kindInvalidRequest, "attributes.user: must be a string, got null"},
+		{"null usage", "POST", "/v1/record", `{"limiter":"api","usage":{"input":null}}`, nil, 400, kindInvalidRequest, "usage.input: must be a whole number, got null"},
 		{"negative cost", "POST", "/v1/check", `{"limiter":"api","cost":-1}`, nil, 400, kindInvalidRequest, "cost: must not be negative, got -1"},
 		{"fractional cost", "POST", "/v1/record", `{"limiter":"api","cost":1.5}`, nil, 400, kindInvalidRequest, "cost: must be a whole number, got a JSON number 1.5"},
 		{"string cost", "POST", "/v1/check", `{"limiter":"api","cost":"1"}`, nil, 400, kindInvalidRequest, "cost: must be a whole number, got a JSON string"},

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"sort"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -46,16 +47,22 @@ type ruleInfo struct {
 	Overrides []overrideResponse `json:"overrides,omitempty"`
 }
 
+// overrideResponse is an override as GET /v1/limiters shows it. The values
+// it matches (tenant or user ids) are shown to admins only: everyone sees
+// which attributes it matches on.
 type overrideResponse struct {
-	Match map[string]string `json:"match"`
-	Limit int64             `json:"limit"`
-	Burst int64             `json:"burst,omitempty"`
+	MatchAttributes []string          `json:"match_attributes"`
+	Match           map[string]string `json:"match,omitempty"`
+	Limit           int64             `json:"limit"`
+	Burst           int64             `json:"burst,omitempty"`
 }
 
 // handleLimiters serves GET /v1/limiters: the limiters in use and their
-// rules, with defaults applied, and the token classes and routes.
+// rules, with defaults applied, and the token classes and routes. The values
+// overrides match are shown only to a request with the admin token.
 func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpError {
 	set := s.limiters.Load()
+	admin := s.isAdmin(r)
 	out := struct {
 		Limiters     []limiterInfo    `json:"limiters"`
 		TokenClasses map[string]int64 `json:"token_classes"`
@@ -111,7 +118,15 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpErr
 				}
 			}
 			for _, o := range rule.Overrides {
-				ri.Overrides = append(ri.Overrides, overrideResponse{Match: o.Match, Limit: o.Limit, Burst: o.Burst})
+				or := overrideResponse{MatchAttributes: make([]string, 0, len(o.Match)), Limit: o.Limit, Burst: o.Burst}
+				for k := range o.Match {
+					or.MatchAttributes = append(or.MatchAttributes, k)
+				}
+				sort.Strings(or.MatchAttributes)
+				if admin {
+					or.Match = o.Match
+				}
+				ri.Overrides = append(ri.Overrides, or)
 			}
 			li.Rules = append(li.Rules, ri)
 		}
@@ -126,6 +141,11 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) *httpErro
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
 }
+
+// readyzPingTimeout bounds /readyz's store ping, well under the 1s timeout
+// of a Kubernetes probe, so that a hung store makes the service unready
+// rather than the probe time out.
+const readyzPingTimeout = 250 * time.Millisecond
 
 // Pinger is implemented by stores that can tell whether they are reachable
 // (a Redis store). /readyz calls it; stores without it are always reachable.
@@ -169,7 +189,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	out.Store.Reachable = true
 	if p, ok := s.Store.(Pinger); ok {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), readyzPingTimeout)
 		err := p.Ping(ctx)
 		cancel()
 		if err != nil {

@@ -16,17 +16,25 @@ import (
 // ConfigMap's symlink swap reloads once.
 const watchDebounce = 100 * time.Millisecond
 
+// watchQuiet is how long the file must have gone unmodified (by its
+// modification time) before the watcher reads it, so that a file written in
+// place in several steps is read once it is whole rather than half way.
+const watchQuiet = 500 * time.Millisecond
+
 // watcher reloads a server's configuration when its file changes. It
 // watches the file and its directory: the directory catches editors that
 // replace the file by renaming and Kubernetes ConfigMap updates (which swap a
 // "..data" symlink); the file catches writes through a symlink whose target
-// lives elsewhere. A reload happens only when the file's content changed.
+// lives elsewhere. A reload happens when the file's content changed, when
+// the last reload failed (so that restoring the file clears the failure), and
+// when the file disappears (which fails, and so is logged and reported).
 type watcher struct {
 	s        *Server
 	w        *fsnotify.Watcher
 	path     string // "" when only the Envoy directory is watched
 	envoyDir string
-	last     []byte // sha256 of the content last loaded (or rejected)
+	last     []byte // sha256 of the content last loaded (or rejected); nil: none
+	failedOn []byte // sha256 of the content the watcher's last reload failed on
 	stop     chan struct{}
 	done     chan struct{}
 	once     sync.Once
@@ -94,19 +102,47 @@ func (w *watcher) run() {
 			}
 			w.s.Logger.Warn("config watcher", "err", err)
 		case <-timer.C:
+			if wait := w.settling(); wait > 0 {
+				timer.Reset(wait)
+				continue
+			}
 			// A file replaced by a rename is a new inode: watch it again.
 			if w.path != "" {
 				w.w.Add(w.path)
 			}
 			sum := w.sum()
-			if sum == nil || bytes.Equal(sum, w.last) {
+			if bytes.Equal(sum, w.last) && (w.s.state.Load().err == nil || bytes.Equal(sum, w.failedOn)) {
 				continue
 			}
 			w.last = sum
-			w.s.Logger.Info("configuration changed; reloading", "file", w.path, "envoy_dir", w.envoyDir)
-			w.s.Reload()
+			if sum == nil {
+				w.s.Logger.Warn("the configuration file is gone or unreadable", "file", w.path)
+			} else {
+				w.s.Logger.Info("configuration changed; reloading", "file", w.path, "envoy_dir", w.envoyDir)
+			}
+			w.failedOn = nil
+			if w.s.Reload() != nil {
+				w.failedOn = sum
+			}
 		}
 	}
+}
+
+// settling returns how much longer to wait before the file has been left
+// alone for watchQuiet, or 0.
+func (w *watcher) settling() time.Duration {
+	if w.path == "" {
+		return 0
+	}
+	fi, err := os.Stat(w.path)
+	if err != nil {
+		return 0
+	}
+	age := time.Since(fi.ModTime())
+	if age < 0 || age >= watchQuiet {
+		return 0 // a clock in the future (a network file system) waits no more
+	}
+	return watchQuiet - age
 }
 
 func (w *watcher) close() {

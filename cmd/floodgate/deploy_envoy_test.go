@@ -124,8 +124,8 @@ func TestComposeFile(t *testing.T) {
 	if fg.Build == nil || fg.Build.Dockerfile != "Containerfile" || fg.Build.Context != "." {
 		t.Errorf("compose.yaml: floodgate should build the repository's Containerfile")
 	}
-	if len(fg.Command) > 0 {
-		t.Errorf("compose.yaml: floodgate's command %q: the example runs on the reference environment alone", fg.Command)
+	if got := strings.Join(fg.Command, " "); got != "/bin/ratelimit" {
+		t.Errorf("compose.yaml: floodgate's command %q: the example runs as the reference image does, /bin/ratelimit on its environment alone", got)
 	}
 
 	b := loadBundle(t, envoyExample)

@@ -89,13 +89,21 @@ func checkFloodgateContainer(t *testing.T, b *bundle, where string, pod k8sPodSp
 	if !pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser == 0 {
 		t.Errorf("%s: the pod should run as a non-root user (runAsNonRoot, runAsUser 65532 as in the image)", where)
 	}
-	if len(c.Command) > 0 {
-		t.Errorf("%s: command %q replaces the image's entrypoint (floodgate serve); pass args only", where, c.Command)
+	// The reference-environment mode: the reference image's command, or
+	// no command and no args with the reference's environment (the
+	// image's entrypoint, floodgate serve, then runs as the reference).
+	// Anything else passes args to floodgate serve.
+	envMode := strings.Join(c.Command, " ") == "/bin/ratelimit" ||
+		len(c.Command) == 0 && len(c.Args) == 0 && referenceMode(func(name string) string { v, _ := c.env(name); return v })
+	if len(c.Command) > 0 && !envMode {
+		t.Errorf("%s: command %q replaces the image's entrypoint (floodgate serve); pass args, or /bin/ratelimit alone", where, c.Command)
+	}
+	if envMode && len(c.Args) > 0 {
+		t.Errorf("%s: /bin/ratelimit is configured by the environment alone; args %q", where, c.Args)
 	}
 	if _, ok := c.Resources.Limits["memory"]; !ok {
 		t.Errorf("%s: no memory limit", where)
 	}
-	envMode := len(c.Args) == 0 // configured by the reference service's environment
 	for _, e := range c.Env {
 		checkEnvName(t, where, e.Name)
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {

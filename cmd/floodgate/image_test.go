@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,6 +59,7 @@ func TestImage(t *testing.T) {
 			ExposedPorts map[string]struct{}
 			Entrypoint   []string
 			Cmd          []string
+			Env          []string
 			WorkingDir   string
 		}
 	}
@@ -81,6 +83,12 @@ func TestImage(t *testing.T) {
 	if len(c.Cmd) != 0 {
 		t.Errorf("cmd %q: floodgate serve should start with no flags", c.Cmd)
 	}
+	// A container listens on all its interfaces: its network is the boundary.
+	for _, want := range []string{"FLOODGATE_HTTP=:8080", "FLOODGATE_GRPC=:8081"} {
+		if !slices.Contains(c.Env, want) {
+			t.Errorf("image environment %q lacks %s", c.Env, want)
+		}
+	}
 	uid, _, _ := strings.Cut(c.User, ":")
 	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
 		t.Errorf("user %q: want a numeric user other than root", c.User)
@@ -100,6 +108,10 @@ func TestImage(t *testing.T) {
 	root := strings.TrimSpace(string(mounted))
 	bin := filepath.Join(root, "usr", "local", "bin", "floodgate")
 	checkStatic(t, bin)
+	// Manifests written for the reference service's image run /bin/ratelimit.
+	if dest, err := os.Readlink(filepath.Join(root, "bin", "ratelimit")); err != nil || dest != "/usr/local/bin/floodgate" {
+		t.Errorf("/bin/ratelimit: %q %v, want a link to /usr/local/bin/floodgate", dest, err)
+	}
 	if _, err := os.Stat(filepath.Join(root, "etc", "ssl", "certs", "ca-certificates.crt")); err != nil {
 		t.Errorf("no CA certificates in the image: %v", err)
 	}

@@ -76,8 +76,9 @@ Commands:
 
 const usageTail = `
 Run "floodgate <command> --help" for a command's flags. With no flags,
-"floodgate serve" starts on :8080 (HTTP) and :8081 (gRPC) with the memory
-store and ./floodgate.yaml, or a built-in sample configuration.
+"floodgate serve" starts on 127.0.0.1:8080 (HTTP) and 127.0.0.1:8081
+(gRPC), loopback only, with the memory store and ./floodgate.yaml, or a
+built-in sample configuration.
 `
 
 func (m *Main) usage(w io.Writer) {
@@ -92,8 +93,10 @@ func (m *Main) usage(w io.Writer) {
 
 // Run runs the command named by args[0] and returns the exit code.
 func (m *Main) Run(ctx context.Context, args []string) int {
-	if len(args) == 0 && referenceMode(m.Getenv) {
-		return m.ratelimit(ctx, nil) // the reference service's container, floodgate's image
+	// The reference service's container: floodgate run bare, or as its
+	// image's entrypoint (floodgate serve) with no arguments.
+	if (len(args) == 0 || len(args) == 1 && args[0] == "serve") && referenceMode(m.Getenv) {
+		return m.ratelimit(ctx, nil)
 	}
 	if len(args) == 0 {
 		m.usage(m.Stderr)

@@ -350,13 +350,13 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return shutdown(srv, logger, "context done")
+			return shutdown(srv, logger, "context done", 0, sigs)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				srv.Reload()
 				continue
 			}
-			return shutdown(srv, logger, sig.String())
+			return shutdown(srv, logger, sig.String(), 0, sigs)
 		}
 	}
 }

@@ -491,11 +491,15 @@ func TestReferenceEnvironmentRefused(t *testing.T) {
 		t.Errorf("no arguments, no reference environment: %v\n%s", err, out)
 	}
 	for _, kv := range [][2]string{{"BACKEND_TYPE", "memcache"}, {"CONFIG_TYPE", "GRPC_XDS_SOTW"}, {"GRPC_UDS", "/tmp/rl.sock"}, {"REDIS_TYPE", "RING"}} {
-		cmd := exec.Command(binary)
-		cmd.Env = []string{"REDIS_URL=127.0.0.1:1", "REDIS_SOCKET_TYPE=tcp", kv[0] + "=" + kv[1]}
-		out, err := cmd.CombinedOutput()
-		if exitCode(err) != exitUsage || !strings.Contains(string(out), kv[0]+"=") {
-			t.Errorf("%s=%s: exit %v\n%s", kv[0], kv[1], err, out)
+		// Bare, and as the image's entrypoint (floodgate serve, no flags):
+		// both run as the reference, which refuses the setting.
+		for _, argv := range [][]string{nil, {"serve"}} {
+			cmd := exec.Command(binary, argv...)
+			cmd.Env = []string{"REDIS_URL=127.0.0.1:1", "REDIS_SOCKET_TYPE=tcp", kv[0] + "=" + kv[1]}
+			out, err := cmd.CombinedOutput()
+			if exitCode(err) != exitUsage || !strings.Contains(string(out), kv[0]+"=") {
+				t.Errorf("floodgate %v with %s=%s: exit %v\n%s", argv, kv[0], kv[1], err, out)
+			}
 		}
 	}
 }

@@ -32,8 +32,10 @@ Runs the decision service: the HTTP JSON API and /metrics on --http, gRPC
 
 The configuration file is watched and reloaded when it changes, and on
 SIGHUP; a broken file is rejected and the previous configuration keeps
-serving. SIGTERM or SIGINT shuts down gracefully: the listeners stop
-accepting, requests in flight finish, the store is closed.
+serving. SIGTERM or SIGINT shuts down gracefully: readiness fails, after
+--drain the listeners stop accepting, requests in flight finish (within
+--shutdown-timeout), the store is closed, and the exit status is 0. A
+second signal exits at once, with status 1.
 
 Secrets are best passed in the environment: FLOODGATE_ADMIN_TOKEN and
 FLOODGATE_TICKET_SECRET are read when the flags are not given.
@@ -52,6 +54,7 @@ type serveFlags struct {
 	tlsCert         string
 	tlsKey          string
 	shutdownTimeout time.Duration
+	drain           time.Duration
 	grpcWorkers     int
 	watch           bool
 }
@@ -60,8 +63,10 @@ func (m *Main) serve(ctx context.Context, args []string) int {
 	var f serveFlags
 	fs := m.flagSet("serve", serveUsage)
 	fs.StringVar(&f.config, "config", "", "configuration `file` (default ./floodgate.yaml if present, else a built-in sample)")
-	fs.StringVar(&f.httpAddr, "http", server.DefaultHTTPAddr, "HTTP API listen `address` (port 0 picks a free port)")
-	fs.StringVar(&f.grpcAddr, "grpc", server.DefaultGRPCAddr, `gRPC listen `+"`address`"+` ("-" disables gRPC)`)
+	fs.StringVar(&f.httpAddr, "http", firstNonEmpty(m.Getenv("FLOODGATE_HTTP"), server.DefaultHTTPAddr),
+		"HTTP API listen `address` (port 0 picks a free port; $FLOODGATE_HTTP sets the default)")
+	fs.StringVar(&f.grpcAddr, "grpc", firstNonEmpty(m.Getenv("FLOODGATE_GRPC"), server.DefaultGRPCAddr),
+		`gRPC listen `+"`address`"+` ("-" disables gRPC; $FLOODGATE_GRPC sets the default)`)
 	fs.StringVar(&f.envoyDir, "envoy-config-dir", "", "`directory` of Envoy rate limit service configuration files to serve over gRPC")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer `token` for admin endpoints (default $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fs.StringVar(&f.ticketSecret, "ticket-secret", "", "`secret` that authenticates refund tickets (default $FLOODGATE_TICKET_SECRET, else random per process)")
@@ -71,6 +76,7 @@ func (m *Main) serve(ctx context.Context, args []string) int {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS private key `file` for both listeners (with --tls-cert)")
 	fs.IntVar(&f.grpcWorkers, "grpc-workers", server.DefaultGRPCStreamWorkers, "goroutines kept to serve gRPC calls (0: a new goroutine per call)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "how long to let requests in flight finish on shutdown")
+	fs.DurationVar(&f.drain, "drain", 0, "on shutdown, how long to keep serving with readiness failing before the listeners close")
 	fs.BoolVar(&f.watch, "watch", true, "reload the configuration file when it changes")
 	if code, ok := m.parseArgs(fs, args); !ok {
 		return code
@@ -158,6 +164,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		AdminToken:        adminToken,
 		TicketSecret:      []byte(secret),
 		ShutdownTimeout:   f.shutdownTimeout,
+		DrainPeriod:       f.drain,
 		GRPCStreamWorkers: grpcWorkers(f.grpcWorkers),
 		Registerer:        reg,
 		Gatherer:          reg,
@@ -187,7 +194,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 	for {
 		select {
 		case <-ctx.Done():
-			return shutdown(srv, logger, "context done")
+			return shutdown(srv, logger, "context done", f.drain, sigs)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				if path == "" && f.envoyDir == "" {
@@ -198,17 +205,38 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 				srv.Reload()
 				continue
 			}
-			return shutdown(srv, logger, sig.String())
+			return shutdown(srv, logger, sig.String(), f.drain, sigs)
 		}
 	}
 }
 
-func shutdown(srv *server.Server, logger *slog.Logger, why string) error {
-	logger.Info("shutting down", "reason", why)
+// errForced is runServe's error when a second signal cut the shutdown
+// short.
+var errForced = errors.New("a second signal during shutdown: stopped without waiting for requests in flight")
+
+// shutdown closes srv, and gives up at once on a second SIGINT or SIGTERM.
+// Requests cut off by the shutdown timeout are logged, not an error: the
+// shutdown went as configured.
+func shutdown(srv *server.Server, logger *slog.Logger, why string, drain time.Duration, sigs <-chan os.Signal) error {
+	logger.Info("shutting down", "reason", why, "drain", drain.String())
 	start := time.Now()
-	err := srv.Close()
-	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
-	return err
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	for {
+		select {
+		case err := <-closed:
+			if errors.Is(err, server.ErrShutdownTimeout) {
+				logger.Warn("shutdown timeout: requests still in flight were cut off")
+				err = nil
+			}
+			logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond).String())
+			return err
+		case sig := <-sigs:
+			if sig != syscall.SIGHUP {
+				return errForced
+			}
+		}
+	}
 }
 
 // grpcWorkers maps --grpc-workers onto Server.GRPCStreamWorkers, where 0
@@ -270,7 +298,7 @@ func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), e
 	}
 	s, err := redis.New(opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("store.redis (%s): %w", redisTarget(r), err)
+		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
 	return s, func() { s.Close() }, nil
 }
@@ -279,14 +307,32 @@ func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), e
 func redisTarget(r *config.Redis) string {
 	switch {
 	case r.URL != "":
-		if u, err := url.Parse(r.URL); err == nil {
-			return u.Redacted()
-		}
-		return "url"
+		return config.RedactURL(r.URL)
 	case len(r.Cluster) > 0:
 		return "cluster " + strings.Join(r.Cluster, ",")
 	case r.Sentinel != nil:
 		return "sentinel " + r.Sentinel.Master
 	}
 	return "redis"
+}
+
+// withoutSecrets returns msg with r's passwords replaced by "xxxxx": an
+// error from the store may quote its URL or options.
+func withoutSecrets(msg string, r *config.Redis) string {
+	var secrets []string
+	if u, err := url.Parse(r.URL); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			secrets = append(secrets, pw, url.PathEscape(pw), url.QueryEscape(pw))
+		}
+	}
+	secrets = append(secrets, r.Password)
+	if r.Sentinel != nil {
+		secrets = append(secrets, r.Sentinel.Password)
+	}
+	for _, pw := range secrets {
+		if pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return msg
 }

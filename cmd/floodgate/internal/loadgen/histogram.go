@@ -149,6 +149,39 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 	return h.Max()
 }
 
+// difference sets h to the durations counted in now but not in before, an
+// earlier reading of the same histogram. Min and max become the bounds of
+// the lowest and highest buckets left. It must not run concurrently with
+// any other method of h.
+func (h *Histogram) difference(now, before *Histogram) {
+	h.reset()
+	lowest, highest := -1, -1
+	var total uint64
+	for i := range h.counts {
+		a, b := now.counts[i].Load(), before.counts[i].Load()
+		if a <= b {
+			continue
+		}
+		h.counts[i].Store(a - b)
+		total += a - b
+		if lowest < 0 {
+			lowest = i
+		}
+		highest = i
+	}
+	if total == 0 {
+		return
+	}
+	h.total.Store(total)
+	if a, b := now.sum.Load(), before.sum.Load(); a > b {
+		h.sum.Store(a - b)
+	}
+	lo, _ := bucketBounds(lowest)
+	top, width := bucketBounds(highest)
+	h.notMin.Store(^lo)
+	h.max.Store(top + width - 1)
+}
+
 // reset empties h. It must not run concurrently with any other method.
 func (h *Histogram) reset() {
 	for i := range h.counts {

@@ -18,10 +18,16 @@ type progress struct {
 	done  chan struct{}
 
 	scratch   Histogram // latency so far, rebuilt for every line
+	before    Histogram // latency as of the last line
+	window    Histogram // latency since the last line
 	lastRec   *recorder
 	lastN     uint64
 	lastT     time.Time
 	lastWidth int
+	// width is the terminal's width in columns (0: unknown or not a
+	// terminal); a line is cut to fit, since a wrapped line cannot be
+	// rewritten in place.
+	width func() int
 }
 
 // startProgress starts writing r's progress to r.cfg.Progress every
@@ -31,6 +37,7 @@ func startProgress(r *run) *progress {
 		r:     r,
 		w:     r.cfg.Progress,
 		tty:   isTerminal(r.cfg.Progress),
+		width: func() int { return terminalWidth(r.cfg.Progress) },
 		stopc: make(chan struct{}),
 		done:  make(chan struct{}),
 		lastT: r.start,
@@ -63,8 +70,9 @@ func (p *progress) stop() {
 	<-p.done
 }
 
-// line writes one progress line for the time now: the rate since the last
-// line, or the phase's mean rate on the final line.
+// line writes one progress line for the time now: the rate and latency
+// since the last line (so that a stall shows while it lasts), or the
+// phase's on the final line.
 func (p *progress) line(now time.Time, final bool) {
 	r := p.r
 	rec, from, label := r.main, r.measure, ""
@@ -75,11 +83,12 @@ func (p *progress) line(now time.Time, final bool) {
 	}
 	if rec != p.lastRec {
 		p.lastRec, p.lastN, p.lastT = rec, 0, from
+		p.before.reset()
 	}
 	elapsed := max(now.Sub(from), 0)
 	label += formatDuration(elapsed.Round(time.Millisecond))
-	allowed, denied, errs := rec.counts()
-	n := allowed + denied + errs
+	t := rec.counts()
+	n := t.total()
 	since, base := p.lastT, p.lastN
 	if final {
 		since, base = from, 0
@@ -92,10 +101,22 @@ func (p *progress) line(now time.Time, final bool) {
 	p.lastN, p.lastT = n, now
 	p.scratch.reset()
 	rec.latency(&p.scratch)
-	s := fmt.Sprintf("%s  %s req/s  allowed %d  denied %d  errors %d  p50 %s  p99 %s",
-		label, formatSig(rate), allowed, denied, errs,
-		formatDuration(p.scratch.Quantile(0.5)), formatDuration(p.scratch.Quantile(0.99)))
+	lat := &p.scratch
+	if !final {
+		p.window.difference(&p.scratch, &p.before)
+		p.before.reset()
+		p.before.Merge(&p.scratch)
+		lat = &p.window
+	}
+	s := fmt.Sprintf("%s  %s req/s  allowed %d  denied %d", label, formatSig(rate), t.allowed, t.denied)
+	if t.failOpen+t.failClosed > 0 {
+		s += fmt.Sprintf("  fail-open %d  fail-closed %d", t.failOpen, t.failClosed)
+	}
+	s += fmt.Sprintf("  errors %d  p50 %s  p99 %s", t.errors, formatLatency(lat, 0.5), formatLatency(lat, 0.99))
 	if p.tty {
+		if w := p.width(); w > 1 && utf8.RuneCountInString(s) > w-1 {
+			s = string([]rune(s)[:w-1])
+		}
 		// Rewrite the line in place, blanking what a longer one left.
 		width := utf8.RuneCountInString(s)
 		pad := max(p.lastWidth-width, 0)
@@ -105,6 +126,15 @@ func (p *progress) line(now time.Time, final bool) {
 		s += "\n"
 	}
 	io.WriteString(p.w, s)
+}
+
+// formatLatency writes h's q-quantile, or "-" when h is empty (nothing
+// answered in the window).
+func formatLatency(h *Histogram, q float64) string {
+	if h.Count() == 0 {
+		return "-"
+	}
+	return formatDuration(h.Quantile(q))
 }
 
 // isTerminal reports whether w is a character device such as a terminal.

@@ -49,6 +49,24 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	return s, ctx.Err()
 }
 
+// outcome is what the service answered to one request.
+type outcome uint8
+
+const (
+	outDenied     outcome = iota // denied by the rules
+	outAllowed                   // allowed by the rules
+	outFailOpen                  // allowed by the failure policy: the store did not answer
+	outFailClosed                // denied by the failure policy
+)
+
+// decided is the outcome of a decision made by the rules.
+func decided(allowed bool) outcome {
+	if allowed {
+		return outAllowed
+	}
+	return outDenied
+}
+
 // run is the state of one Run, shared by its workers.
 type run struct {
 	cfg      *Config
@@ -93,7 +111,7 @@ func (r *run) claim(t time.Time) bool {
 // do sends one request for worker w and records its outcome against the
 // phase of intended, measuring latency from intended.
 func (r *run) do(ctx context.Context, w int, intended time.Time) {
-	allowed, err := r.sessions[w].call(ctx)
+	out, err := r.sessions[w].call(ctx)
 	if err != nil && ctx.Err() != nil {
 		return // the run was cancelled: not the service's failure
 	}
@@ -102,7 +120,7 @@ func (r *run) do(ctx context.Context, w int, intended time.Time) {
 	if intended.Before(r.measure) {
 		rec = r.warm
 	}
-	rec.record(w, lat, allowed, err)
+	rec.record(w, lat, out, err)
 }
 
 // closed runs the closed model: every worker sends requests back to back.
@@ -190,9 +208,10 @@ type recorder struct {
 }
 
 type recorderShard struct {
-	allowed, denied, errors atomic.Uint64
-	latency                 Histogram
-	_                       [64]byte // keep neighbouring shards' counters apart
+	counts  [4]atomic.Uint64 // by outcome
+	errors  atomic.Uint64
+	latency Histogram
+	_       [64]byte // keep neighbouring shards' counters apart
 }
 
 func newRecorder(shards int) *recorder {
@@ -201,7 +220,7 @@ func newRecorder(shards int) *recorder {
 
 // record counts one outcome for worker w. Latency is kept for answered
 // requests only; errors are counted by message.
-func (rc *recorder) record(w int, lat time.Duration, allowed bool, err error) {
+func (rc *recorder) record(w int, lat time.Duration, out outcome, err error) {
 	sh := &rc.shards[w%len(rc.shards)]
 	switch {
 	case err != nil:
@@ -215,22 +234,33 @@ func (rc *recorder) record(w int, lat time.Duration, allowed bool, err error) {
 		}
 		rc.mu.Unlock()
 		return
-	case allowed:
-		sh.allowed.Add(1)
-	default:
-		sh.denied.Add(1)
 	}
+	sh.counts[out].Add(1)
 	sh.latency.Record(lat)
 }
 
+// tally is a count of outcomes.
+type tally struct {
+	allowed, denied, failOpen, failClosed, errors uint64
+}
+
+// total is every request counted.
+func (t tally) total() uint64 {
+	return t.allowed + t.denied + t.failOpen + t.failClosed + t.errors
+}
+
 // counts returns the outcomes recorded so far.
-func (rc *recorder) counts() (allowed, denied, errors uint64) {
+func (rc *recorder) counts() tally {
+	var t tally
 	for i := range rc.shards {
-		allowed += rc.shards[i].allowed.Load()
-		denied += rc.shards[i].denied.Load()
-		errors += rc.shards[i].errors.Load()
+		sh := &rc.shards[i]
+		t.allowed += sh.counts[outAllowed].Load()
+		t.denied += sh.counts[outDenied].Load()
+		t.failOpen += sh.counts[outFailOpen].Load()
+		t.failClosed += sh.counts[outFailClosed].Load()
+		t.errors += sh.errors.Load()
 	}
-	return allowed, denied, errors
+	return t
 }
 
 // latency merges the shards' latencies into h.

@@ -332,7 +332,7 @@ func TestHTTPErrorStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, err := json.Marshal(s)
-	if err != nil || !bytes.Contains(js, []byte(`"requests":3,"allowed":0,"denied":0,"errors":3,`)) {
+	if err != nil || !bytes.Contains(js, []byte(`"requests":3,"allowed":0,"denied":0,"fail_open":0,"fail_closed":0,"errors":3,`)) {
 		t.Errorf("json.Marshal(summary) = %s, %v", js, err)
 	}
 	for _, part := range []string{"requests    3 in ", "errors 3 (100.0%)", "error       3 × HTTP 404: unknown limiter"} {

@@ -17,11 +17,16 @@ type Summary struct {
 	Config Config
 
 	// Requests is the number of requests answered or failed:
-	// Allowed + Denied + Errors.
+	// Allowed + Denied + FailOpen + FailClosed + Errors.
 	Requests uint64
-	// Allowed and Denied count the decisions: HTTP "allowed": true or false,
-	// gRPC OK or OVER_LIMIT.
+	// Allowed and Denied count the decisions of the rules: HTTP
+	// "allowed": true or false, gRPC OK or OVER_LIMIT.
 	Allowed, Denied uint64
+	// FailOpen and FailClosed count the decisions of the failure policy,
+	// made because the service's store did not answer (HTTP "reason":
+	// "store"). Envoy's gRPC API does not tell them apart: over gRPC they
+	// are counted as Allowed and Denied.
+	FailOpen, FailClosed uint64
 	// Errors counts the requests that got no decision: transport errors,
 	// timeouts, non-200 answers and unexpected bodies or codes.
 	Errors uint64
@@ -63,8 +68,9 @@ func sortErrorCounts(es []ErrorCount) {
 // finished.
 func (r *run) summary(done time.Time) Summary {
 	s := Summary{Config: *r.cfg, Latency: new(Histogram)}
-	s.Allowed, s.Denied, s.Errors = r.main.counts()
-	s.Requests = s.Allowed + s.Denied + s.Errors
+	t := r.main.counts()
+	s.Allowed, s.Denied, s.FailOpen, s.FailClosed, s.Errors = t.allowed, t.denied, t.failOpen, t.failClosed, t.errors
+	s.Requests = t.total()
 	s.ErrorKinds = r.main.errorCounts()
 	s.Missed = r.missed.Load()
 	r.main.latency(s.Latency)
@@ -99,6 +105,10 @@ func (s Summary) Format(w io.Writer) error {
 	fmt.Fprintf(&b, "decisions   allowed %d (%s)  denied %d (%s)  errors %d (%s)\n",
 		s.Allowed, percent(s.Allowed, s.Requests), s.Denied, percent(s.Denied, s.Requests),
 		s.Errors, percent(s.Errors, s.Requests))
+	if s.FailOpen+s.FailClosed > 0 {
+		fmt.Fprintf(&b, "by policy   fail-open %d (%s)  fail-closed %d (%s): the service's store did not answer\n",
+			s.FailOpen, percent(s.FailOpen, s.Requests), s.FailClosed, percent(s.FailClosed, s.Requests))
+	}
 	if s.Missed > 0 {
 		fmt.Fprintf(&b, "missed      %d requests not sent: every worker was busy (raise concurrency or lower the rate)\n", s.Missed)
 	}
@@ -180,6 +190,8 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		Requests   uint64       `json:"requests"`
 		Allowed    uint64       `json:"allowed"`
 		Denied     uint64       `json:"denied"`
+		FailOpen   uint64       `json:"fail_open"`
+		FailClosed uint64       `json:"fail_closed"`
 		Errors     uint64       `json:"errors"`
 		Missed     uint64       `json:"missed"`
 		ErrorKinds []ErrorCount `json:"error_kinds,omitempty"`
@@ -188,7 +200,7 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		LatencyUS  latency      `json:"latency_us"`
 	}{
 		s.Config.Target, s.Config.Addr, s.Config.Rate, s.Config.Concurrency,
-		s.Requests, s.Allowed, s.Denied, s.Errors, s.Missed, s.ErrorKinds,
+		s.Requests, s.Allowed, s.Denied, s.FailOpen, s.FailClosed, s.Errors, s.Missed, s.ErrorKinds,
 		s.Elapsed.Seconds(), s.Throughput,
 		latency{us(h.Quantile(0.5)), us(h.Quantile(0.9)), us(h.Quantile(0.99)),
 			us(h.Quantile(0.999)), us(h.Max()), us(h.Mean())},

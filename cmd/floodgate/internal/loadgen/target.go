@@ -32,7 +32,7 @@ type session interface {
 	// call sends one request for the next key and reports whether the
 	// service allowed it, giving up after the Config's Timeout or when
 	// ctx ends. A denial is a result, not an error.
-	call(ctx context.Context) (allowed bool, err error)
+	call(ctx context.Context) (outcome, error)
 }
 
 // newClient returns the client for cfg.Target; cfg has its defaults applied.
@@ -118,10 +118,11 @@ type httpSession struct {
 
 // checkResponse is the part of a /v1/check answer the generator reads.
 type checkResponse struct {
-	Allowed *bool `json:"allowed"`
+	Allowed *bool  `json:"allowed"`
+	Reason  string `json:"reason"`
 }
 
-func (s *httpSession) call(ctx context.Context) (bool, error) {
+func (s *httpSession) call(ctx context.Context) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.c.timeout)
 	defer cancel()
 	b := append(s.body[:0], s.c.prefix...)
@@ -130,30 +131,36 @@ func (s *httpSession) call(ctx context.Context) (bool, error) {
 	s.body = b
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.c.url, bytes.NewReader(b))
 	if err != nil {
-		return false, err
+		return outDenied, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	res, err := s.c.hc.Do(req)
 	if err != nil {
-		return false, shortenHTTPError(err)
+		return outDenied, shortenHTTPError(err)
 	}
 	s.resp.Reset()
 	_, err = s.resp.ReadFrom(io.LimitReader(res.Body, maxResponse))
 	res.Body.Close()
 	if err != nil {
-		return false, fmt.Errorf("reading response: %w", err)
+		return outDenied, fmt.Errorf("reading response: %w", err)
 	}
 	if res.StatusCode != http.StatusOK {
-		return false, fmt.Errorf("HTTP %d: %s", res.StatusCode, firstLine(s.resp.Bytes(), 120))
+		return outDenied, fmt.Errorf("HTTP %d: %s", res.StatusCode, firstLine(s.resp.Bytes(), 120))
 	}
 	var cr checkResponse
 	if err := json.Unmarshal(s.resp.Bytes(), &cr); err != nil {
-		return false, fmt.Errorf("decoding response: %w", err)
+		return outDenied, fmt.Errorf("decoding response: %w", err)
 	}
 	if cr.Allowed == nil {
-		return false, fmt.Errorf("response has no \"allowed\" field: %s", firstLine(s.resp.Bytes(), 120))
+		return outDenied, fmt.Errorf("response has no \"allowed\" field: %s", firstLine(s.resp.Bytes(), 120))
 	}
-	return *cr.Allowed, nil
+	if cr.Reason == "store" { // decided by the failure policy
+		if *cr.Allowed {
+			return outFailOpen, nil
+		}
+		return outFailClosed, nil
+	}
+	return decided(*cr.Allowed), nil
 }
 
 // shortenHTTPError drops the method and URL that net/http wraps around every
@@ -235,20 +242,20 @@ type grpcSession struct {
 	timeout time.Duration
 }
 
-func (s *grpcSession) call(ctx context.Context) (bool, error) {
+func (s *grpcSession) call(ctx context.Context) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	s.entry.Value = s.keys.nextString()
 	res, err := s.rls.ShouldRateLimit(ctx, s.req)
 	if err != nil {
 		st := status.Convert(err)
-		return false, fmt.Errorf("gRPC %v: %s", st.Code(), st.Message())
+		return outDenied, fmt.Errorf("gRPC %v: %s", st.Code(), st.Message())
 	}
 	switch res.GetOverallCode() {
 	case rlsv3.RateLimitResponse_OK:
-		return true, nil
+		return outAllowed, nil
 	case rlsv3.RateLimitResponse_OVER_LIMIT:
-		return false, nil
+		return outDenied, nil
 	}
-	return false, fmt.Errorf("unexpected overall_code %v", res.GetOverallCode())
+	return outDenied, fmt.Errorf("unexpected overall_code %v", res.GetOverallCode())
 }

@@ -542,16 +542,16 @@ type wireSession struct {
 	msg     []byte // the gRPC message: prefix and encoded request
 }
 
-func (s *wireSession) call(ctx context.Context) (bool, error) {
+func (s *wireSession) call(ctx context.Context) (outcome, error) {
 	c, err := s.slot.get()
 	if err != nil {
-		return false, fmt.Errorf("connection: %w", err)
+		return outDenied, fmt.Errorf("connection: %w", err)
 	}
 	s.encode()
 	st := s.st
 	sent := time.Now()
 	if err := c.start(st, s.msg); err != nil {
-		return false, fmt.Errorf("connection: %w", err)
+		return outDenied, fmt.Errorf("connection: %w", err)
 	}
 	s.timer.Reset(s.timeout)
 	select {
@@ -559,13 +559,13 @@ func (s *wireSession) call(ctx context.Context) (bool, error) {
 		s.timer.Stop()
 	case <-s.timer.C:
 		if c.cancel(st) {
-			return false, errDeadline
+			return outDenied, errDeadline
 		}
 		<-st.done // it ended as the timer fired
 	case <-ctx.Done():
 		s.timer.Stop()
 		if c.cancel(st) {
-			return false, ctx.Err()
+			return outDenied, ctx.Err()
 		}
 		<-st.done
 	}
@@ -575,7 +575,7 @@ func (s *wireSession) call(ctx context.Context) (bool, error) {
 		// grpc-timeout header) just before the timer fired here.
 		err = errDeadline
 	}
-	return allowed, err
+	return decided(allowed), err
 }
 
 // errDeadline is a call's error after its timeout, worded as grpc-go's.
