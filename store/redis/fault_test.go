@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/redis"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // faultMargin is how much longer than its deadline a decision may take on a
@@ -385,6 +386,41 @@ func TestClusterNodeKilledWithFallback(t *testing.T) {
 				t.Fatalf("round %d, %s (on the killed master: %v): allowed=%v reason=%v remaining=%d err=%v, want remaining %d",
 					round, u, onVictim[i], d.Allowed, d.Reason, d.Remaining, d.Err, max(want, 0))
 			}
+		}
+	}
+}
+
+// TestGoRedisClusterStartupChecks gives the store a caller's go-redis
+// ClusterClient on a Cluster with Redis's defaults and no replicas: the
+// store reads the slot map (CLUSTER SLOTS) and the coverage setting
+// (CONFIG GET) through that client, and warns about both.
+func TestGoRedisClusterStartupChecks(t *testing.T) {
+	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{})
+	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+	defer client.Close()
+	var logs lockedBuffer
+	store, err := redis.New(&redis.Options{GoRedis: client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, want := range []string{"masters without replicas", "cluster-require-full-coverage is yes"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("start-up log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	lim, err := floodgate.New("goredis", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}}}, patient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 20 { // keys on every master
+		user := floodgate.Attributes{"user": "u" + strconv.Itoa(i)}
+		if d := lim.Allow(ctx, user); !d.Allowed {
+			t.Fatalf("user %d: first decision %+v", i, d)
+		}
+		if d := lim.Allow(ctx, user); d.Allowed || d.Reason != floodgate.ReasonLimit {
+			t.Fatalf("user %d: second decision %+v, want denied by the limit", i, d)
 		}
 	}
 }
