@@ -1,17 +1,16 @@
 package floodgate_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -218,7 +217,7 @@ func TestLimitFuncErrorFollowsThePolicy(t *testing.T) {
 
 func TestRefundThatCannotBeAppliedIsReported(t *testing.T) {
 	store := newFaultyStore(t, healthy)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	l, _ := remoteLimiter(t, store, floodgate.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
 	d := l.Allow(ctx, user("alice"))
@@ -238,7 +237,7 @@ func TestRefundThatCannotBeAppliedIsReported(t *testing.T) {
 
 func TestFailureLoggingIsRateLimited(t *testing.T) {
 	store := newFaultyStore(t, failing)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	l, clock := remoteLimiter(t, store, floodgate.Options{
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 		Breaker: floodgate.BreakerOptions{Failures: -1},
@@ -258,22 +257,4 @@ func TestFailureLoggingIsRateLimited(t *testing.T) {
 	if !strings.Contains(out, "suppressed=99") {
 		t.Errorf("the second line does not count the 99 held back; log:\n%s", out)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,16 +1,15 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -213,7 +212,7 @@ func TestTornWrite(t *testing.T) {
 func TestWatchRecovers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "floodgate.yaml")
 	writeFile(t, path, limitConfig(3))
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	ts := newTestServer(t, limitConfig(3), nil, func(s *Server) {
 		s.ConfigPath, s.WatchConfig = path, true
 		s.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -234,24 +233,6 @@ func TestWatchRecovers(t *testing.T) {
 	if _, _, b := ts.do("GET", "/readyz", ""); strings.Contains(string(b), "last_reload_error") {
 		t.Errorf("readyz after the file came back: %s", b)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestWatchWaitsForQuiet: a file written in place in two steps a moment

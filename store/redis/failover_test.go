@@ -1,7 +1,6 @@
 package redis_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -59,7 +59,7 @@ type decided struct {
 func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{Replicas: 1, Args: args})
 	victim, heir := cl.Nodes[0], cl.Replicas[0][0]
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	store, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -234,22 +234,4 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 	if breakerOpened.Load() {
 		t.Error("the limiter's breaker left closed")
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

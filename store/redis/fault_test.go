@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/redis"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -343,7 +344,7 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 // Redis, so the fallback never turns on for the whole store.
 func TestClusterNodeKilledWithFallback(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	store, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Fallback: &redis.Fallback{Instances: 1},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -398,7 +399,7 @@ func TestGoRedisClusterStartupChecks(t *testing.T) {
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{})
 	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
 	defer client.Close()
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	store, err := redis.New(&redis.Options{GoRedis: client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
