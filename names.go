@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,15 +67,35 @@ func (l *Limiter) hold(replaces *Limiter) error {
 	}
 	names.m[h.key] = append(live, h)
 	l.held = h
+	// The table must not keep a store alive after its limiters are gone.
+	runtime.AddCleanup(l, release, h)
 	return nil
+}
+
+// release drops h from the table, and its name's entry once it is empty.
+func release(h *nameHold) {
+	names.Lock()
+	defer names.Unlock()
+	hs := names.m[h.key]
+	for i, o := range hs {
+		if o == h {
+			hs = append(hs[:i], hs[i+1:]...)
+			break
+		}
+	}
+	if len(hs) == 0 {
+		delete(names.m, h.key)
+	} else {
+		names.m[h.key] = hs
+	}
 }
 
 // Close gives up the limiter's name on its store, so that a limiter of the
 // same name with other rules can be made there. The limiter still answers;
 // Close releases no connection (the store has its own Close).
 func (l *Limiter) Close() error {
-	if l.held != nil {
-		l.held.closed.Store(true)
+	if l.held != nil && !l.held.closed.Swap(true) {
+		release(l.held)
 	}
 	return nil
 }
