@@ -234,7 +234,9 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 		if j >= 0 {
 			sh.entries[j].ref = true
 		} else {
-			if b.Mode == floodgate.ModeReset || b.Mode == floodgate.ModeRefund {
+			// A key not held has nothing to reset or refund, and a peek
+			// must not write it (inserting could evict another key).
+			if b.Mode == floodgate.ModeReset || b.Mode == floodgate.ModeRefund || b.Mode == floodgate.ModePeek {
 				idx = append(idx, -1)
 				continue
 			}
@@ -272,12 +274,18 @@ func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 		sh.now = now
 	}
 	j := sh.find(h, op.Scope, op.Key)
-	if j >= 0 {
+	var fresh entry // a peek's view of a key not held: never inserted
+	e := &fresh
+	switch {
+	case j >= 0:
 		sh.entries[j].ref = true
-	} else {
+		e = &sh.entries[j]
+	case b.Mode == floodgate.ModePeek:
+		fresh.st.Reset()
+	default:
 		j = sh.insert(h, op.Scope, op.Key, now)
+		e = &sh.entries[j]
 	}
-	e := &sh.entries[j]
 	p := toAlgo(&op.Params)
 	var tmp algo.State
 	v := view(&p, e, &tmp)
@@ -291,7 +299,7 @@ func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 	}
 	settle(&p, op, e, v, charge, now)
 	b.Allowed = allowed && b.Mode == floodgate.ModeConsume
-	if spent(&p, e, charge, now) {
+	if j >= 0 && spent(&p, e, charge, now) {
 		sh.remove(j)
 	}
 	sh.mu.Unlock()
@@ -345,7 +353,24 @@ func (s *Store) unlock(locks []int) {
 // Each op's parameters are converted where they are used rather than into a
 // scratch array: the conversion is a few moves, the array's zeroing is not.
 func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
+	// A peek of a key not held (idx -1) works on a fresh entry of its own.
+	var freshBuf [maxInline]entry
+	var fresh []entry
+	if b.Mode == floodgate.ModePeek {
+		fresh = freshBuf[:]
+		if len(b.Ops) > maxInline {
+			fresh = make([]entry, len(b.Ops))
+		}
+		for i, j := range idx {
+			if j < 0 {
+				fresh[i].st.Reset()
+			}
+		}
+	}
 	entry := func(i int) *entry {
+		if idx[i] < 0 {
+			return &fresh[i]
+		}
 		return &s.shards[shardOf[i]].entries[idx[i]]
 	}
 	switch b.Mode {

@@ -295,3 +295,43 @@ func TestRefundOfAnEvictedKey(t *testing.T) {
 		}
 	})
 }
+
+// TestPeeksOfUnknownKeysEvictNothing fills a store to its key cap, then
+// peeks at many keys it does not hold, with one rule and with two: a peek
+// never writes, so it must neither add a key nor push a held one out.
+func TestPeeksOfUnknownKeysEvictNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, rules := range [][]floodgate.Rule{
+		{perIP(floodgate.FixedWindow, 1, time.Hour)},
+		{perIP(floodgate.FixedWindow, 1, time.Hour), {Name: "per-user", Algorithm: floodgate.TokenBucket, Limit: 1, Window: time.Hour, Key: []string{"user"}}},
+	} {
+		t.Run(strconv.Itoa(len(rules))+"rules", func(t *testing.T) {
+			const maxKeys = 64
+			store := memory.New(&memory.Options{MaxKeys: maxKeys, Shards: 1, SweepInterval: -1})
+			defer store.Close()
+			l, _ := floodLimiter(t, store, rules...)
+			held := func(i int) floodgate.Attributes {
+				return floodgate.Attributes{"ip": "held" + strconv.Itoa(i), "user": "u" + strconv.Itoa(i)}
+			}
+			for i := range maxKeys / len(rules) {
+				if d := l.Allow(ctx, held(i)); !d.Allowed {
+					t.Fatalf("held key %d: first decision denied", i)
+				}
+			}
+			before := store.Len()
+			for i := range 10 * maxKeys {
+				if d, _ := l.Peek(ctx, floodgate.Attributes{"ip": "new" + strconv.Itoa(i), "user": "n" + strconv.Itoa(i)}, 1); !d.Allowed {
+					t.Fatalf("peek of unknown key %d denied: %+v", i, d)
+				}
+			}
+			if got := store.Len(); got != before {
+				t.Errorf("keys held after the peeks: %d, want %d", got, before)
+			}
+			for i := range maxKeys / len(rules) {
+				if d, _ := l.Peek(ctx, held(i), 1); d.Allowed {
+					t.Fatalf("held key %d was evicted by peeks: it admits again", i)
+				}
+			}
+		})
+	}
+}
