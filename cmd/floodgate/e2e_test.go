@@ -739,3 +739,27 @@ func exitCode(err error) int {
 	}
 	return -1
 }
+
+// TestListenAddressesFromEnvironment: with no --http or --grpc, serve
+// listens where FLOODGATE_HTTP and FLOODGATE_GRPC say (the image sets them
+// to every interface), and a flag still wins over them.
+func TestListenAddressesFromEnvironment(t *testing.T) {
+	env := []string{"FLOODGATE_HTTP=127.0.0.2:0", "FLOODGATE_GRPC=127.0.0.2:0"}
+	svc := startArgs(t, t.TempDir(), env, "", "serve", "--log-format=json")
+	if !strings.HasPrefix(svc.http, "http://127.0.0.2:") || !strings.HasPrefix(svc.grpc, "127.0.0.2:") {
+		t.Errorf("listening on %s and %s, want 127.0.0.2 from the environment", svc.http, svc.grpc)
+	}
+	if code, _ := svc.call("GET", "/healthz", ""); code != 200 {
+		t.Errorf("GET /healthz: %d", code)
+	}
+	if err := svc.stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+	svc = startArgs(t, t.TempDir(), env, "", "serve", "--log-format=json", "--http=127.0.0.1:0")
+	if !strings.HasPrefix(svc.http, "http://127.0.0.1:") {
+		t.Errorf("--http given: listening on %s, want the flag's 127.0.0.1", svc.http)
+	}
+	if err := svc.stop(); err != nil {
+		t.Errorf("stop: %v", err)
+	}
+}
