@@ -80,9 +80,11 @@ type Observer func(ctx context.Context, e Event)
 
 // Event describes one decision for an Observer.
 type Event struct {
-	Limiter  string
-	Mode     Mode
-	Cost     int64
+	Limiter string
+	Mode    Mode
+	Cost    int64
+	// Time is when the decision was made, by the limiter's clock.
+	Time     time.Time
 	Decision *Decision
 }
 
@@ -357,9 +359,10 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 			l.fill(d, b)
 		}
 	}
+	now := b.Now
 	l.batches.Put(b)
 	if l.observer != nil {
-		l.observe(ctx, mode, cost, d)
+		l.observe(ctx, mode, cost, now, d)
 	}
 }
 
@@ -370,10 +373,10 @@ var observed = sync.Pool{New: func() any { return new(Decision) }}
 
 // observe calls the observer with a copy of d: handing it d itself would
 // make every Decision escape to the heap, observer or not.
-func (l *Limiter) observe(ctx context.Context, mode Mode, cost int64, d *Decision) {
+func (l *Limiter) observe(ctx context.Context, mode Mode, cost int64, now time.Time, d *Decision) {
 	c := observed.Get().(*Decision)
 	*c = *d
-	l.observer(ctx, Event{Limiter: l.name, Mode: mode, Cost: cost, Decision: c})
+	l.observer(ctx, Event{Limiter: l.name, Mode: mode, Cost: cost, Time: now, Decision: c})
 	*c = Decision{} // drop references before pooling
 	observed.Put(c)
 }

@@ -67,8 +67,9 @@ type Options struct {
 	// common case, to a few nanoseconds (docs/benchmarks.md); the keys
 	// that send the most stand out of a sample all the same.
 	DecisionSample int
-	// Clock places events in minutes; nil means the wall clock, read
-	// once a second by a goroutine the first Tracker starts.
+	// Clock is the time of Add and of the reports; nil means the wall
+	// clock. Observe places a decision at the Event's Time, read by the
+	// limiter already.
 	Clock floodgate.Clock
 }
 
@@ -136,13 +137,15 @@ func New(opts *Options) *Tracker {
 	return t
 }
 
-// now returns the current minute.
-func (t *Tracker) now() int64 {
+// now returns the clock's time.
+func (t *Tracker) now() time.Time {
 	if t.clock == nil {
-		return wallMinute()
+		return time.Now()
 	}
-	return minuteOf(t.clock.Now())
+	return t.clock.Now()
 }
+
+func minuteOf(now time.Time) int64 { return now.Unix() / 60 }
 
 // Observe counts one decision: it is a floodgate.Observer. Consume and peek
 // decisions count, records do not. Every rule of the decision counts a
@@ -163,12 +166,16 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 		return
 	}
 	lt := t.limiter(e.Limiter)
-	at := t.now()
+	at := e.Time
+	if at.IsZero() { // an Event a caller made
+		at = t.now()
+	}
+	minute := minuteOf(at)
 	failed := d.Reason == floodgate.ReasonStore
 	for i := range rs {
 		r := &rs[i]
 		if denied := !failed && !r.Allowed; denied || sampled {
-			t.rule(lt, r.Name).add(t, at, r.Key(), sampled, denied)
+			t.rule(lt, r.Name).add(t, minute, r.Key(), sampled, denied)
 		}
 	}
 }
@@ -178,7 +185,7 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 // callers that see decisions some other way.
 func (t *Tracker) Add(limiter, rule, key string, denied bool) {
 	if sampled := t.sampled(); sampled || denied {
-		t.rule(t.limiter(limiter), rule).add(t, t.now(), key, sampled, denied)
+		t.rule(t.limiter(limiter), rule).add(t, minuteOf(t.now()), key, sampled, denied)
 	}
 }
 
@@ -369,10 +376,7 @@ var ErrSpan = errors.New("topkeys: span must be more than 0 and at most " + strc
 // over span (rounded up to whole minutes), as of the clock's time. A rule
 // never observed has an empty report.
 func (t *Tracker) Top(limiter, rule string, kind Kind, span time.Duration, n int) (Report, error) {
-	now := time.Now()
-	if t.clock != nil {
-		now = t.clock.Now()
-	}
+	now := t.now()
 	return t.TopAt(now, limiter, rule, kind, span, n)
 }
 
@@ -424,10 +428,7 @@ func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span tim
 // Count returns key's count of kind over span, as Top would report it,
 // whether or not the key is among the top ones.
 func (t *Tracker) Count(limiter, rule string, kind Kind, span time.Duration, key string) (Entry, error) {
-	now := time.Now()
-	if t.clock != nil {
-		now = t.clock.Now()
-	}
+	now := t.now()
 	return t.CountAt(now, limiter, rule, kind, span, key)
 }
 
