@@ -95,22 +95,15 @@ type Tracker struct {
 	clock    floodgate.Clock
 	seed     maphash.Seed
 
-	mu       sync.Mutex // serializes adding limiters and rules
-	limiters atomic.Pointer[[]*limiterTops]
+	mu    sync.Mutex                  // serializes changes to rules
+	rules atomic.Pointer[[]*ruleTops] // copied on write, under mu
 }
 
-// limiterTops are one limiter's rules. Tracker.limiters and rules are
-// copied on write, under Tracker.mu.
-type limiterTops struct {
-	name  string
-	rules atomic.Pointer[[]*ruleTops]
-}
-
-// ruleTops are one rule's per-minute summaries.
+// ruleTops are one limiter's rule's per-minute summaries.
 type ruleTops struct {
-	name string
-	mu   sync.Mutex
-	ring [ringMinutes]minute // guarded by mu
+	limiter, name string
+	mu            sync.Mutex
+	ring          [ringMinutes]minute // guarded by mu
 }
 
 // minute is one minute's summaries; denials is made at the minute's first
@@ -133,7 +126,7 @@ func New(opts *Options) *Tracker {
 		}
 		t.clock = opts.Clock
 	}
-	t.limiters.Store(&[]*limiterTops{})
+	t.rules.Store(&[]*ruleTops{})
 	return t
 }
 
@@ -165,7 +158,6 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	if len(rs) == 0 {
 		return
 	}
-	lt := t.limiter(e.Limiter)
 	at := e.Time
 	if at.IsZero() { // an Event a caller made
 		at = t.now()
@@ -175,7 +167,7 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	for i := range rs {
 		r := &rs[i]
 		if denied := !failed && !r.Allowed; denied || sampled {
-			t.rule(lt, r.Name).add(t, minute, r.Key(), sampled, denied)
+			t.rule(e.Limiter, r.Name).add(t, minute, r.Key(), sampled, denied)
 		}
 	}
 }
@@ -185,7 +177,7 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 // callers that see decisions some other way.
 func (t *Tracker) Add(limiter, rule, key string, denied bool) {
 	if sampled := t.sampled(); sampled || denied {
-		t.rule(t.limiter(limiter), rule).add(t, minuteOf(t.now()), key, sampled, denied)
+		t.rule(limiter, rule).add(t, minuteOf(t.now()), key, sampled, denied)
 	}
 }
 
@@ -194,52 +186,26 @@ func (t *Tracker) sampled() bool {
 	return t.sample <= 1 || rand.Uint32N(t.sample) == 0
 }
 
-// limiter returns the limiter's entry, making it on first use. A
+// rule returns the entry of limiter's rule, making it on first use. A
 // configuration has a handful of limiters, each with a handful of rules,
 // and their names are the same strings decision after decision (equal
 // pointers compare at once), so a scan beats a map.
-func (t *Tracker) limiter(name string) *limiterTops {
-	for _, lt := range *t.limiters.Load() {
-		if lt.name == name {
-			return lt
-		}
+func (t *Tracker) rule(limiter, name string) *ruleTops {
+	if rt := t.find(limiter, name); rt != nil {
+		return rt
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := *t.limiters.Load()
-	for _, lt := range old {
-		if lt.name == name {
-			return lt
-		}
+	if rt := t.find(limiter, name); rt != nil {
+		return rt
 	}
-	lt := &limiterTops{name: name}
-	lt.rules.Store(&[]*ruleTops{})
-	all := append(append(make([]*limiterTops, 0, len(old)+1), old...), lt)
-	t.limiters.Store(&all)
-	return lt
-}
-
-// rule returns the rule's entry of lt, making it on first use.
-func (t *Tracker) rule(lt *limiterTops, name string) *ruleTops {
-	for _, rt := range *lt.rules.Load() {
-		if rt.name == name {
-			return rt
-		}
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	old := *lt.rules.Load()
-	for _, rt := range old {
-		if rt.name == name {
-			return rt
-		}
-	}
-	rt := &ruleTops{name: name}
+	rt := &ruleTops{limiter: limiter, name: name}
 	for i := range rt.ring {
 		rt.ring[i].at = -1
 	}
+	old := *t.rules.Load()
 	rules := append(append(make([]*ruleTops, 0, len(old)+1), old...), rt)
-	lt.rules.Store(&rules)
+	t.rules.Store(&rules)
 	return rt
 }
 
@@ -249,33 +215,20 @@ func (t *Tracker) rule(lt *limiterTops, name string) *ruleTops {
 func (t *Tracker) Retain(keep func(limiter, rule string) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var limiters []*limiterTops
-	for _, lt := range *t.limiters.Load() {
-		var rules []*ruleTops
-		for _, rt := range *lt.rules.Load() {
-			if keep(lt.name, rt.name) {
-				rules = append(rules, rt)
-			}
+	var rules []*ruleTops
+	for _, rt := range *t.rules.Load() {
+		if keep(rt.limiter, rt.name) {
+			rules = append(rules, rt)
 		}
-		if len(rules) == 0 {
-			continue
-		}
-		lt.rules.Store(&rules) // under mu, as rule adds
-		limiters = append(limiters, lt)
 	}
-	t.limiters.Store(&limiters)
+	t.rules.Store(&rules)
 }
 
 // find returns the rule's entry, or nil when it was never observed.
 func (t *Tracker) find(limiter, rule string) *ruleTops {
-	for _, lt := range *t.limiters.Load() {
-		if lt.name != limiter {
-			continue
-		}
-		for _, rt := range *lt.rules.Load() {
-			if rt.name == rule {
-				return rt
-			}
+	for _, rt := range *t.rules.Load() {
+		if rt.name == rule && rt.limiter == limiter {
+			return rt
 		}
 	}
 	return nil
