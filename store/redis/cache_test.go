@@ -11,23 +11,31 @@ import (
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
+// cachedLimiter starts a Redis and returns it with a limiter of rules on a
+// store with the over-limit cache on (the default). With a clock, the store
+// uses the decisions' time (UseBatchTime), so the test steps time itself.
+func cachedLimiter(t *testing.T, name string, clock floodgate.Clock, rules ...floodgate.Rule) (*redistest.Server, *floodgate.Limiter) {
+	t.Helper()
+	srv := redistest.Start(t)
+	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: clock != nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	lim, err := floodgate.New(name, store, rules, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, lim
+}
+
 // TestDenyCache floods a denied key: the denials are answered locally,
 // without a single script call, until a refund through the same store
 // drops the cached denial.
 func TestDenyCache(t *testing.T) {
-	srv := redistest.Start(t)
 	clock := floodgate.NewManualClock(time.Now())
-	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	lim, err := floodgate.New("cache", store, []floodgate.Rule{
-		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}},
-	}, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, lim := cachedLimiter(t, "cache", clock,
+		floodgate.Rule{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}})
 	ctx := context.Background()
 	x := floodgate.Attributes{"user": "x"}
 	var first floodgate.Decision
@@ -100,20 +108,10 @@ func TestDenyCache(t *testing.T) {
 // come back with per-user's minute (a client honouring it would be
 // refused again) and per-tenant "admitted".
 func TestDenyCacheMultiRule(t *testing.T) {
-	srv := redistest.Start(t)
 	clock := floodgate.NewManualClock(time.Now())
-	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	lim, err := floodgate.New("cache-multi", store, []floodgate.Rule{
-		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}},
-		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"tenant"}},
-	}, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, lim := cachedLimiter(t, "cache-multi", clock,
+		floodgate.Rule{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}},
+		floodgate.Rule{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"tenant"}})
 	ctx := context.Background()
 	x := floodgate.Attributes{"user": "x"}
 	xt := floodgate.Attributes{"user": "x", "tenant": "t"}
@@ -154,18 +152,8 @@ func TestDenyCacheMultiRule(t *testing.T) {
 // TestDenyCacheWholeMicros: a cached denial on the wall clock reports whole
 // microseconds, as every decision does.
 func TestDenyCacheWholeMicros(t *testing.T) {
-	srv := redistest.Start(t)
-	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	lim, err := floodgate.New("cache-micros", store, []floodgate.Rule{
-		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, lim := cachedLimiter(t, "cache-micros", nil,
+		floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}})
 	ctx := context.Background()
 	x := floodgate.Attributes{"user": "x"}
 	lim.Allow(ctx, x)
