@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -18,9 +20,11 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	const cooldown = 10 * time.Second
 	ctx := context.Background()
 	store := newFaultyStore(t, failing)
+	var logs syncbuf.Buffer
 	l, clock := remoteLimiter(t, store, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
 		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: cooldown},
+		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 
 	for i := range 3 {
@@ -71,6 +75,11 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	}
 	if got := l.Breaker(); got != floodgate.BreakerClosed {
 		t.Errorf("breaker %v after a successful probe, want closed", got)
+	}
+	for _, want := range []string{"store circuit breaker opened", "store circuit breaker closed"} {
+		if got := strings.Count(logs.String(), want); got != 1 {
+			t.Errorf("%q logged %d times, want once; log:\n%s", want, got, logs.String())
+		}
 	}
 	for range 5 {
 		l.Allow(ctx, user("alice"))

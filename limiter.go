@@ -418,7 +418,9 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 		}
 		return err
 	}
-	l.breaker.Success()
+	if l.breaker.Success() {
+		l.logger.Info("floodgate: store circuit breaker closed: decisions are made by the rules again", "limiter", l.name)
+	}
 	return nil
 }
 

@@ -408,9 +408,8 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		if prev != nil {
 			replaces = prev.byName[cl.Name]
 		}
-		bl := &breakerLog{logger: s.Logger}
 		l, err := cl.New(s.store, floodgate.Options{
-			Observer: s.observer(bl),
+			Observer: s.observe,
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 			Replaces: replaces,
@@ -418,7 +417,6 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		if err != nil {
 			return nil, err
 		}
-		bl.limiter = l
 		set.byName[cl.Name] = l
 		set.names = append(set.names, cl.Name)
 		set.maxRules = max(set.maxRules, len(cl.Rules))

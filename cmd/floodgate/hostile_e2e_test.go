@@ -232,6 +232,6 @@ func TestRedisHang(t *testing.T) {
 	rs.Resume()
 	waitFor(t, "decisions by the rules", func() bool { return check().Reason != "store" })
 	waitFor(t, "the closing to be logged", func() bool {
-		return s.logged("store circuit breaker closed: decisions are made by the rules again")
+		return s.logged("floodgate: store circuit breaker closed: decisions are made by the rules again")
 	})
 }
