@@ -1,113 +1,52 @@
 package floodgate
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/floodgate-go/floodgate/store"
 
-// Algorithm selects how a rule counts. The zero value is invalid.
-type Algorithm uint8
+// Algorithm selects how a rule counts. The zero value is invalid. It is the
+// store package's type: stores evaluate it.
+type Algorithm = store.Algorithm
 
 // The algorithms. docs/semantics.md gives each one's exact formulas.
 const (
 	// FixedWindow counts units per window. The window opens at the key's
 	// first hit unless the rule aligns it to the clock or the calendar.
-	FixedWindow Algorithm = iota + 1
+	FixedWindow = store.FixedWindow
 	// SlidingWindow counts units in sub-buckets and never admits more than
 	// the limit in any span of one window, at bucket granularity.
-	SlidingWindow
+	SlidingWindow = store.SlidingWindow
 	// TokenBucket holds Burst tokens, refilled at Limit per Window.
-	TokenBucket
+	TokenBucket = store.TokenBucket
 	// GCRA is the generic cell rate algorithm: rate Limit per Window, burst
 	// tolerance Burst, one timestamp per key. It admits exactly what
 	// TokenBucket admits.
-	GCRA
+	GCRA = store.GCRA
 	// Concurrency allows at most Limit leases at once; a lease is released
 	// by refunding its ticket or lapses after Window.
-	Concurrency
+	Concurrency = store.Concurrency
 )
 
-var algorithmNames = [...]string{
-	FixedWindow:   "fixed_window",
-	SlidingWindow: "sliding_window",
-	TokenBucket:   "token_bucket",
-	GCRA:          "gcra",
-	Concurrency:   "concurrency",
-}
-
-// String returns the algorithm's configuration name, such as "token_bucket".
-func (a Algorithm) String() string {
-	if a.valid() {
-		return algorithmNames[a]
-	}
-	return fmt.Sprintf("Algorithm(%d)", uint8(a))
-}
-
-func (a Algorithm) valid() bool { return a >= FixedWindow && a <= Concurrency }
-
-// ParseAlgorithm returns the algorithm with the given configuration name.
-func ParseAlgorithm(name string) (Algorithm, error) {
-	for a, n := range algorithmNames {
-		if n != "" && n == name {
-			return Algorithm(a), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", name, strings.Join(algorithmNames[1:], ", "))
-}
-
-// MarshalText implements encoding.TextMarshaler.
-func (a Algorithm) MarshalText() ([]byte, error) {
-	if !a.valid() {
-		return nil, fmt.Errorf("invalid algorithm %d", uint8(a))
-	}
-	return []byte(a.String()), nil
-}
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (a *Algorithm) UnmarshalText(b []byte) error {
-	v, err := ParseAlgorithm(string(b))
-	if err != nil {
-		return err
-	}
-	*a = v
-	return nil
-}
-
 // Align says where a FixedWindow rule's windows start.
-type Align uint8
+type Align = store.Align
 
 const (
 	// AlignFirstHit opens a key's window at its first hit (the default).
-	AlignFirstHit Align = iota
+	AlignFirstHit = store.AlignFirstHit
 	// AlignClock makes windows multiples of the rule's Window since the
 	// Unix epoch, so every key's window rolls at the same instant.
-	AlignClock
+	AlignClock = store.AlignClock
 	// AlignDay makes each window a calendar day in the rule's Location.
-	AlignDay
+	AlignDay = store.AlignDay
 	// AlignMonth makes each window a calendar month in the rule's Location.
-	AlignMonth
+	AlignMonth = store.AlignMonth
 )
 
-var alignNames = [...]string{"first_hit", "clock", "day", "month"}
+// Mode says what a decision does: ModeConsume (Allow, AllowN), ModePeek
+// (Peek) or ModeRecord (Record).
+type Mode = store.Mode
 
-// String returns the alignment's configuration name.
-func (a Align) String() string {
-	if int(a) < len(alignNames) {
-		return alignNames[a]
-	}
-	return fmt.Sprintf("Align(%d)", uint8(a))
-}
-
-// ParseAlign returns the alignment with the given configuration name; ""
-// means AlignFirstHit.
-func ParseAlign(name string) (Align, error) {
-	if name == "" {
-		return AlignFirstHit, nil
-	}
-	for a, n := range alignNames {
-		if n == name {
-			return Align(a), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown alignment %q (want one of %s)", name, strings.Join(alignNames[:], ", "))
-}
+// The decision modes.
+const (
+	ModeConsume = store.Consume
+	ModePeek    = store.Peek
+	ModeRecord  = store.Record
+)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // keyRecorder is a store that admits everything and remembers the last
@@ -16,12 +17,12 @@ type keyRecorder struct {
 	scopes, keys []string
 }
 
-func (s *keyRecorder) Apply(_ context.Context, b *floodgate.Batch) error {
+func (s *keyRecorder) Apply(_ context.Context, b *store.Batch) error {
 	s.scopes, s.keys = s.scopes[:0], s.keys[:0]
 	for i := range b.Ops {
 		s.scopes = append(s.scopes, b.Ops[i].Scope)
 		s.keys = append(s.keys, b.Ops[i].Key)
-		b.Ops[i].Result = floodgate.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
+		b.Ops[i].Result = store.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
 	}
 	b.Allowed = b.Mode == floodgate.ModeConsume
 	return nil

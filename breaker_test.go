@@ -13,15 +13,16 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
 func TestBreakerOpensAndRecovers(t *testing.T) {
 	const cooldown = 10 * time.Second
 	ctx := context.Background()
-	store := newFaultyStore(t, failing)
+	st := newFaultyStore(t, failing)
 	var logs syncbuf.Buffer
-	l, clock := remoteLimiter(t, store, floodgate.Options{
+	l, clock := remoteLimiter(t, st, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
 		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: cooldown},
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
@@ -47,7 +48,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("with the breaker open: Allowed=%v Reason=%v Err=%v, want denied, store, ErrBreakerOpen", d.Allowed, d.Reason, d.Err)
 		}
 	}
-	if got := store.calls.Load(); got != 3 {
+	if got := st.calls.Load(); got != 3 {
 		t.Errorf("store called %d times, want 3 (none while open)", got)
 	}
 	// A fail-closed answer says when the breaker will let a probe through.
@@ -57,12 +58,12 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	}
 
 	// The store recovers, but the breaker holds until the cooldown ends.
-	store.set(healthy)
+	st.set(healthy)
 	clock.Advance(6*time.Second - time.Microsecond)
 	if d := l.Allow(ctx, user("alice")); !errors.Is(d.Err, floodgate.ErrBreakerOpen) {
 		t.Errorf("1µs before the cooldown ends: Err=%v, want ErrBreakerOpen", d.Err)
 	}
-	if got := store.calls.Load(); got != 3 {
+	if got := st.calls.Load(); got != 3 {
 		t.Errorf("store called %d times before the cooldown ended, want 3", got)
 	}
 
@@ -84,7 +85,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	for range 5 {
 		l.Allow(ctx, user("alice"))
 	}
-	if got := store.calls.Load(); got != 3+1+5 {
+	if got := st.calls.Load(); got != 3+1+5 {
 		t.Errorf("store called %d times, want %d (every decision once closed)", got, 3+1+5)
 	}
 }
@@ -92,8 +93,8 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 func TestBreakerFailedProbeReopens(t *testing.T) {
 	const cooldown = 2 * time.Second
 	ctx := context.Background()
-	store := newFaultyStore(t, failing)
-	l, clock := remoteLimiter(t, store, floodgate.Options{
+	st := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, st, floodgate.Options{
 		Breaker: floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
 	})
 	if d := l.Allow(ctx, user("alice")); !d.Allowed || !errors.Is(d.Err, errStoreDown) {
@@ -104,7 +105,7 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	}
 	clock.Advance(cooldown)
 	l.Allow(ctx, user("alice")) // the probe, which fails
-	if got := store.calls.Load(); got != 2 {
+	if got := st.calls.Load(); got != 2 {
 		t.Fatalf("store called %d times, want 2 (one failure, one probe)", got)
 	}
 	if got := l.Breaker(); got != floodgate.BreakerOpen {
@@ -113,10 +114,10 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	// A full cooldown again from the failed probe.
 	clock.Advance(cooldown - time.Microsecond)
 	l.Allow(ctx, user("alice"))
-	if got := store.calls.Load(); got != 2 {
+	if got := st.calls.Load(); got != 2 {
 		t.Errorf("store called %d times within the second cooldown, want 2", got)
 	}
-	store.set(healthy)
+	st.set(healthy)
 	clock.Advance(time.Microsecond)
 	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonNone {
 		t.Errorf("second probe: Reason=%v Err=%v, want decided by the rules", d.Reason, d.Err)
@@ -128,21 +129,21 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 
 func TestBreakerCountsOnlyConsecutiveFailures(t *testing.T) {
 	ctx := context.Background()
-	store := newFaultyStore(t, healthy)
-	l, _ := remoteLimiter(t, store, floodgate.Options{
+	st := newFaultyStore(t, healthy)
+	l, _ := remoteLimiter(t, st, floodgate.Options{
 		Breaker: floodgate.BreakerOptions{Failures: 3, Cooldown: time.Second},
 	})
 	for range 4 {
-		store.set(failing)
+		st.set(failing)
 		l.Allow(ctx, user("alice"))
 		l.Allow(ctx, user("alice"))
-		store.set(healthy)
+		st.set(healthy)
 		l.Allow(ctx, user("alice"))
 	}
 	if got := l.Breaker(); got != floodgate.BreakerClosed {
 		t.Errorf("breaker %v after pairs of failures between successes, want closed", got)
 	}
-	store.set(failing)
+	st.set(failing)
 	for range 3 {
 		l.Allow(ctx, user("alice"))
 	}
@@ -152,15 +153,15 @@ func TestBreakerCountsOnlyConsecutiveFailures(t *testing.T) {
 }
 
 func TestBreakerDisabled(t *testing.T) {
-	store := newFaultyStore(t, failing)
-	l, _ := remoteLimiter(t, store, floodgate.Options{Breaker: floodgate.BreakerOptions{Failures: -1}})
+	st := newFaultyStore(t, failing)
+	l, _ := remoteLimiter(t, st, floodgate.Options{Breaker: floodgate.BreakerOptions{Failures: -1}})
 	for range 50 {
 		l.Allow(context.Background(), user("alice"))
 	}
 	if got := l.Breaker(); got != floodgate.BreakerClosed {
 		t.Errorf("disabled breaker is %v, want closed", got)
 	}
-	if got := store.calls.Load(); got != 50 {
+	if got := st.calls.Load(); got != 50 {
 		t.Errorf("store called %d times, want 50", got)
 	}
 }
@@ -177,8 +178,8 @@ func TestBreakerStateNames(t *testing.T) {
 
 func TestBreakerLetsOneProbeThrough(t *testing.T) {
 	const cooldown = time.Second
-	store := newFaultyStore(t, failing)
-	l, clock := remoteLimiter(t, store, floodgate.Options{
+	st := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, st, floodgate.Options{
 		Timeout: 50 * time.Millisecond,
 		Breaker: floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
 	})
@@ -187,7 +188,7 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	// The store now hangs, so the probe is in flight while the others ask.
-	store.set(hanging)
+	st.set(hanging)
 	clock.Advance(cooldown)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -204,7 +205,7 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if got := store.calls.Load(); got != 2 {
+	if got := st.calls.Load(); got != 2 {
 		t.Errorf("store called %d times, want 2 (the first failure and one probe)", got)
 	}
 	if got := breakerAnswers.Load(); got != 31 {
@@ -219,8 +220,8 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 // probe again rather than find the breaker stuck half open.
 func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
 	const cooldown = time.Second
-	store := newFaultyStore(t, failing)
-	l, clock := remoteLimiter(t, store, floodgate.Options{
+	st := newFaultyStore(t, failing)
+	l, clock := remoteLimiter(t, st, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
 		Breaker:       floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
 	})
@@ -229,16 +230,16 @@ func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	clock.Advance(cooldown)
-	store.set(hanging)
+	st.set(hanging)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonStore {
 		t.Fatalf("cancelled probe: Reason=%v, want store", d.Reason)
 	}
-	if got := store.calls.Load(); got != 2 {
+	if got := st.calls.Load(); got != 2 {
 		t.Fatalf("store called %d times, want 2 (one failure, one cancelled probe)", got)
 	}
-	store.set(healthy)
+	st.set(healthy)
 	if d := l.Allow(context.Background(), user("alice")); !d.Allowed || d.Reason != floodgate.ReasonNone {
 		t.Fatalf("after the cancelled probe: Allowed=%v Reason=%v Err=%v, want a fresh probe decided by the rules", d.Allowed, d.Reason, d.Err)
 	}
@@ -255,13 +256,13 @@ type partStore struct {
 	plain atomic.Bool // fail every batch with a plain error instead
 }
 
-func (s *partStore) Apply(ctx context.Context, b *floodgate.Batch) error {
+func (s *partStore) Apply(ctx context.Context, b *store.Batch) error {
 	if s.plain.Load() {
 		return errStoreDown
 	}
 	for i := range b.Ops {
 		if strings.HasPrefix(b.Ops[i].Key, "lost") {
-			return &floodgate.ConfinedError{Part: "node-b", Err: errStoreDown}
+			return &store.ConfinedError{Part: "node-b", Err: errStoreDown}
 		}
 	}
 	return s.inner.Apply(ctx, b)
@@ -272,9 +273,9 @@ func (s *partStore) Apply(ctx context.Context, b *floodgate.Batch) error {
 // breaker, however many come in a row, so keys on the healthy parts stay
 // decided by the rules; a probe that meets one brings no verdict.
 func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
-	store := &partStore{inner: memory.New(&memory.Options{SweepInterval: -1})}
-	defer store.inner.Close()
-	l, clock := remoteLimiter(t, store, floodgate.Options{
+	st := &partStore{inner: memory.New(&memory.Options{SweepInterval: -1})}
+	defer st.inner.Close()
+	l, clock := remoteLimiter(t, st, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
 		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: time.Second},
 	})
@@ -287,7 +288,7 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 			continue
 		}
 		d := l.Allow(ctx, user(fmt.Sprint("lost", i)))
-		var ce *floodgate.ConfinedError
+		var ce *store.ConfinedError
 		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.As(d.Err, &ce) || ce.Part != "node-b" {
 			t.Fatalf("decision %d, a key on the lost part: Allowed=%v Reason=%v Err=%v, want the closed policy with the confined error", i, d.Allowed, d.Reason, d.Err)
 		}
@@ -298,14 +299,14 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 
 	// Plain failures open the breaker; a probe that meets a confined
 	// failure leaves it to the next call to probe, which closes it.
-	store.plain.Store(true)
+	st.plain.Store(true)
 	for range 3 {
 		l.Allow(ctx, user("healthy"))
 	}
 	if got := l.Breaker(); got != floodgate.BreakerOpen {
 		t.Fatalf("breaker %v after 3 plain failures, want open", got)
 	}
-	store.plain.Store(false)
+	st.plain.Store(false)
 	clock.Advance(time.Second)
 	if d := l.Allow(ctx, user("lost-probe")); d.Allowed || d.Reason != floodgate.ReasonStore {
 		t.Fatalf("a probe on the lost part: %+v", d)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 func mustLoad(t testing.TB, name string) *time.Location {
@@ -62,9 +63,9 @@ func testBudgetCheck(t *testing.T, newStore newStoreFunc) {
 
 // peekFailStore fails every read-only decision (peek) and applies the rest,
 // like a replica that is down for reads.
-type peekFailStore struct{ inner floodgate.Store }
+type peekFailStore struct{ inner store.Store }
 
-func (s peekFailStore) Apply(ctx context.Context, b *floodgate.Batch) error {
+func (s peekFailStore) Apply(ctx context.Context, b *store.Batch) error {
 	if b.Mode == floodgate.ModePeek {
 		return errStoreDown
 	}

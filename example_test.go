@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -184,7 +185,7 @@ func ExampleRule_shadow() {
 // unreachableStore stands for a remote store that is down.
 type unreachableStore struct{}
 
-func (unreachableStore) Apply(context.Context, *floodgate.Batch) error {
+func (unreachableStore) Apply(context.Context, *store.Batch) error {
 	return errors.New("dial tcp 10.0.0.7:6379: connection refused")
 }
 

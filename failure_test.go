@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -26,7 +27,7 @@ const (
 )
 
 // faultyStore is a remote-looking store (it does not implement
-// floodgate.InProcess, so the limiter gives it deadlines and a breaker) that
+// store.InProcess, so the limiter gives it deadlines and a breaker) that
 // fails or hangs on demand and otherwise keeps its state in a memory store.
 type faultyStore struct {
 	inner  *memory.Store
@@ -43,7 +44,7 @@ func newFaultyStore(t testing.TB, h storeHealth) *faultyStore {
 
 func (s *faultyStore) set(h storeHealth) { s.health.Store(int32(h)) }
 
-func (s *faultyStore) Apply(ctx context.Context, b *floodgate.Batch) error {
+func (s *faultyStore) Apply(ctx context.Context, b *store.Batch) error {
 	s.calls.Add(1)
 	switch storeHealth(s.health.Load()) {
 	case failing:
@@ -57,7 +58,7 @@ func (s *faultyStore) Apply(ctx context.Context, b *floodgate.Batch) error {
 
 // remoteLimiter returns a limiter over store with one per-user rule of limit
 // 10 a minute, its clock at epoch.
-func remoteLimiter(t testing.TB, store floodgate.Store, opts floodgate.Options) (*floodgate.Limiter, *floodgate.ManualClock) {
+func remoteLimiter(t testing.TB, store store.Store, opts floodgate.Options) (*floodgate.Limiter, *floodgate.ManualClock) {
 	t.Helper()
 	clock := floodgate.NewManualClock(epoch)
 	opts.Clock = clock

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // FailurePolicy says what a decision is when the store cannot answer.
@@ -91,7 +93,7 @@ type Event struct {
 // Limiter applies a set of rules to requests. It is safe for concurrent use.
 type Limiter struct {
 	name     string
-	store    Store
+	store    store.Store
 	rules    []*compiledRule
 	byName   map[string]*compiledRule
 	clock    Clock
@@ -115,14 +117,14 @@ type Limiter struct {
 // *ConfigError naming the limiter, rule and field of any misconfiguration,
 // and for a name that another live limiter with other rules already uses
 // on store (see Options.Replaces and Close).
-func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error) {
+func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, error) {
 	if name == "" {
 		return nil, limiterError("", "name", "must not be empty")
 	}
 	if !validName(name) {
 		return nil, limiterError(name, "name", "may hold only letters, digits, '.', '_' and '-'")
 	}
-	if store == nil {
+	if st == nil {
 		return nil, limiterError(name, "store", "must not be nil")
 	}
 	if len(rules) == 0 {
@@ -139,7 +141,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 	}
 	l := &Limiter{
 		name:     name,
-		store:    store,
+		store:    st,
 		byName:   make(map[string]*compiledRule, len(rules)),
 		clock:    opts.Clock,
 		policy:   opts.FailurePolicy,
@@ -160,7 +162,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 	if l.logger == nil {
 		l.logger = slog.Default()
 	}
-	if ip, ok := store.(InProcess); !ok || !ip.InProcess() {
+	if ip, ok := st.(store.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
 	}
 	for i, r := range rules {
@@ -178,7 +180,7 @@ func New(name string, store Store, rules []Rule, opts *Options) (*Limiter, error
 		return nil, err
 	}
 	n := len(rules)
-	l.batches.New = func() any { return &Batch{Ops: make([]Op, 0, n)} }
+	l.batches.New = func() any { return &store.Batch{Ops: make([]store.Op, 0, n)} }
 	return l, nil
 }
 
@@ -271,13 +273,13 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 	}
 	b := l.batch()
 	defer l.batches.Put(b)
-	b.Mode, b.Now, b.Cost, b.Ticket = ModeRefund, l.clock.Now(), t.Cost, t.ID
+	b.Mode, b.Now, b.Cost, b.Ticket = store.Refund, l.clock.Now(), t.Cost, t.ID
 	for _, e := range t.Entries {
 		c := l.byName[e.Rule]
 		if c == nil {
 			continue // the rule was removed since: nothing to give back
 		}
-		b.Ops = append(b.Ops, Op{Scope: c.scope, Key: e.Key, Params: c.refundParams(e), Stamp: e.Stamp})
+		b.Ops = append(b.Ops, store.Op{Scope: c.scope, Key: e.Key, Params: c.refundParams(e), Stamp: e.Stamp})
 	}
 	if len(b.Ops) == 0 {
 		return nil
@@ -293,10 +295,10 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 	b := l.batch()
 	defer l.batches.Put(b)
-	b.Mode, b.Now = ModeReset, l.clock.Now()
+	b.Mode, b.Now = store.Reset, l.clock.Now()
 	for _, c := range l.rules {
 		if key := c.keyFor(attrs); key != "" {
-			b.Ops = append(b.Ops, Op{Scope: c.scope, Key: key, Params: c.params})
+			b.Ops = append(b.Ops, store.Op{Scope: c.scope, Key: key, Params: c.params})
 		}
 	}
 	if len(b.Ops) == 0 {
@@ -305,8 +307,8 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 	return l.apply(ctx, b)
 }
 
-func (l *Limiter) batch() *Batch {
-	b := l.batches.Get().(*Batch)
+func (l *Limiter) batch() *store.Batch {
+	b := l.batches.Get().(*store.Batch)
 	b.Ops = b.Ops[:0]
 	b.Allowed = false
 	b.Ticket = 0
@@ -328,7 +330,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 		}
 		// The op is filled in place: building it aside and appending
 		// would copy its 150 bytes once more.
-		b.Ops = append(b.Ops, Op{})
+		b.Ops = append(b.Ops, store.Op{})
 		op := &b.Ops[len(b.Ops)-1]
 		op.Params = c.params
 		if c.Overrides != nil || c.LimitFunc != nil {
@@ -383,7 +385,7 @@ func (l *Limiter) observe(ctx context.Context, mode Mode, cost int64, now time.T
 
 // apply runs b against the store, with the deadline and the breaker for
 // remote stores.
-func (l *Limiter) apply(ctx context.Context, b *Batch) error {
+func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	if !l.remote {
 		return l.store.Apply(ctx, b)
 	}
@@ -407,7 +409,7 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 			l.breaker.Abandon()
 			return err // the caller gave up: not the store's fault
 		}
-		if ce := (*ConfinedError)(nil); errors.As(err, &ce) {
+		if ce := (*store.ConfinedError)(nil); errors.As(err, &ce) {
 			// The store isolates the failed part itself; the rest of it
 			// answers. A probe that met it brought no verdict.
 			l.breaker.Abandon()
@@ -425,7 +427,7 @@ func (l *Limiter) apply(ctx context.Context, b *Batch) error {
 }
 
 // fill turns the store's answers into the decision.
-func (l *Limiter) fill(d *Decision, b *Batch) {
+func (l *Limiter) fill(d *Decision, b *store.Batch) {
 	rules := d.Rules()
 	enforced := true
 	for i := range b.Ops {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
@@ -636,8 +637,8 @@ func TestEnumNames(t *testing.T) {
 		{floodgate.ModeConsume.String(), "consume"},
 		{floodgate.ModePeek.String(), "peek"},
 		{floodgate.ModeRecord.String(), "record"},
-		{floodgate.ModeRefund.String(), "refund"},
-		{floodgate.ModeReset.String(), "reset"},
+		{store.Refund.String(), "refund"},
+		{store.Reset.String(), "reset"},
 		{floodgate.Mode(99).String(), "mode?"},
 		{floodgate.FailOpen.String(), "open"},
 		{floodgate.FailClosed.String(), "closed"},
@@ -674,14 +675,14 @@ func TestRuleByName(t *testing.T) {
 func TestSameNameOnOneStore(t *testing.T) {
 	for _, st := range []struct {
 		name string
-		open func(t *testing.T) floodgate.Store
+		open func(t *testing.T) store.Store
 	}{
-		{"memory", func(t *testing.T) floodgate.Store {
+		{"memory", func(t *testing.T) store.Store {
 			s := memory.New(&memory.Options{SweepInterval: -1})
 			t.Cleanup(func() { s.Close() })
 			return s
 		}},
-		{"redis", func(t *testing.T) floodgate.Store {
+		{"redis", func(t *testing.T) store.Store {
 			srv := redistest.Start(t)
 			s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
 			if err != nil {

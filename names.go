@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"weak"
+
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // Two limiters of one name on one store read and write the same keys. A
@@ -19,7 +21,7 @@ import (
 
 // nameKey is one name on one store.
 type nameKey struct {
-	store Store
+	store store.Store
 	name  string
 }
 
@@ -39,7 +41,7 @@ var names = struct {
 // distinct reports whether store values can tell stores apart: a store of
 // a type that is not comparable, or of no size (every value the same, a
 // stand-in that holds nothing), takes no part in the check.
-func distinct(s Store) bool {
+func distinct(s store.Store) bool {
 	t := reflect.TypeOf(s)
 	return t.Comparable() && t.Size() > 0
 }

@@ -5,16 +5,18 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // countingStore is a store that holds nothing and admits nothing; it only
 // has to be a distinct value.
 type countingStore struct{ applied int }
 
-func (s *countingStore) Apply(context.Context, *Batch) error { s.applied++; return nil }
+func (s *countingStore) Apply(context.Context, *store.Batch) error { s.applied++; return nil }
 
 // heldNames is how many names the table holds for store.
-func heldNames(store Store) int {
+func heldNames(store store.Store) int {
 	names.Lock()
 	defer names.Unlock()
 	n := 0

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/algo"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // Rule is one limit of a limiter: at most Limit units per Window for each key.
@@ -77,7 +78,7 @@ type compiledRule struct {
 	Rule
 	index  int
 	scope  string
-	params Params
+	params store.Params
 }
 
 // withDefaults is the rule as given, with the defaults New applied.
@@ -99,7 +100,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	if !validName(r.Name) {
 		return nil, bad("name", "%q may hold only letters, digits, '.', '_' and '-'", r.Name)
 	}
-	if !r.Algorithm.valid() {
+	if !r.Algorithm.Valid() {
 		return nil, bad("algorithm", "unknown algorithm %d", uint8(r.Algorithm))
 	}
 	if r.Limit < 1 {
@@ -167,7 +168,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 		return nil, bad("limit", "%s", err)
 	}
 	c := &compiledRule{Rule: r, index: index, scope: limiter + "/" + r.Name}
-	c.params = Params{
+	c.params = store.Params{
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst,
 		Buckets: r.Buckets, Align: r.Align, Location: r.Location,
 	}
@@ -207,7 +208,7 @@ func validName(s string) bool {
 }
 
 // paramsFor returns the rule's parameters for one request.
-func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (Params, error) {
+func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (store.Params, error) {
 	p := c.params
 	for _, o := range c.Overrides {
 		if o.Match.matches(attrs) {
@@ -269,7 +270,7 @@ func ScaledBurst(ruleLimit, ruleBurst, limit int64) int64 {
 
 // refundParams are the parameters a refund of e applies under: the limits
 // the units were charged with, when the ticket carries valid ones.
-func (c *compiledRule) refundParams(e TicketEntry) Params {
+func (c *compiledRule) refundParams(e TicketEntry) store.Params {
 	p := c.params
 	if e.Limit > 0 && checkExact(c.Rule, e.Limit, e.Burst) == "" {
 		p.Limit = e.Limit

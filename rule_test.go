@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -16,8 +17,8 @@ func okRule() floodgate.Rule {
 }
 
 func TestNewValidation(t *testing.T) {
-	store := memory.New(&memory.Options{SweepInterval: -1})
-	defer store.Close()
+	mem := memory.New(&memory.Options{SweepInterval: -1})
+	defer mem.Close()
 	with := func(f func(r *floodgate.Rule)) []floodgate.Rule {
 		r := okRule()
 		f(&r)
@@ -26,7 +27,7 @@ func TestNewValidation(t *testing.T) {
 	tests := []struct {
 		name    string
 		limiter string
-		store   floodgate.Store
+		st      store.Store
 		rules   []floodgate.Rule
 		opts    *floodgate.Options
 		// want is the whole message; wantLimiter, wantRule and wantField are
@@ -45,7 +46,7 @@ func TestNewValidation(t *testing.T) {
 			wantLimiter: "api v1", wantField: "name",
 		},
 		{
-			name: "nil store", limiter: "api", store: nilStore, rules: with(func(*floodgate.Rule) {}),
+			name: "nil store", limiter: "api", st: nilStore, rules: with(func(*floodgate.Rule) {}),
 			want:        `floodgate: limiter "api": store: must not be nil`,
 			wantLimiter: "api", wantField: "store",
 		},
@@ -225,9 +226,9 @@ func TestNewValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st := tt.store
+			st := tt.st
 			if st == nil {
-				st = store
+				st = mem
 			} else if st == nilStore {
 				st = nil
 			}
@@ -265,16 +266,16 @@ func TestNewValidation(t *testing.T) {
 }
 
 // nilStore marks a validation case that passes a nil store.
-var nilStore floodgate.Store = nilStoreMarker{}
+var nilStore store.Store = nilStoreMarker{}
 
 type nilStoreMarker struct{}
 
-func (nilStoreMarker) Apply(context.Context, *floodgate.Batch) error { return nil }
+func (nilStoreMarker) Apply(context.Context, *store.Batch) error { return nil }
 
 func TestNewAppliesDefaults(t *testing.T) {
-	store := memory.New(&memory.Options{SweepInterval: -1})
-	defer store.Close()
-	l, err := floodgate.New("api", store, []floodgate.Rule{
+	st := memory.New(&memory.Options{SweepInterval: -1})
+	defer st.Close()
+	l, err := floodgate.New("api", st, []floodgate.Rule{
 		{Name: "sliding", Algorithm: floodgate.SlidingWindow, Limit: 5, Window: time.Second},
 		{Name: "odd-sliding", Algorithm: floodgate.SlidingWindow, Limit: 5, Window: 7 * time.Millisecond},
 		{Name: "bucket", Algorithm: floodgate.TokenBucket, Limit: 5, Window: time.Second},
@@ -310,16 +311,16 @@ func TestNewAppliesDefaults(t *testing.T) {
 
 func TestParseNames(t *testing.T) {
 	for _, a := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA, floodgate.Concurrency} {
-		got, err := floodgate.ParseAlgorithm(a.String())
+		got, err := store.ParseAlgorithm(a.String())
 		if err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v; want %v", a.String(), got, err, a)
 		}
 	}
-	if _, err := floodgate.ParseAlgorithm("leaky_bucket"); err == nil ||
+	if _, err := store.ParseAlgorithm("leaky_bucket"); err == nil ||
 		err.Error() != `unknown algorithm "leaky_bucket" (want one of fixed_window, sliding_window, token_bucket, gcra, concurrency)` {
 		t.Errorf("ParseAlgorithm(leaky_bucket) error = %v", err)
 	}
-	if _, err := floodgate.ParseAlgorithm(""); err == nil {
+	if _, err := store.ParseAlgorithm(""); err == nil {
 		t.Error("ParseAlgorithm(\"\") succeeded")
 	}
 	if got, want := floodgate.Algorithm(0).String(), "Algorithm(0)"; got != want {
@@ -334,11 +335,11 @@ func TestParseNames(t *testing.T) {
 		t.Errorf("ParseFailurePolicy(ajar) error = %v", err)
 	}
 	for s, want := range map[string]floodgate.Align{"": floodgate.AlignFirstHit, "first_hit": floodgate.AlignFirstHit, "clock": floodgate.AlignClock, "day": floodgate.AlignDay, "month": floodgate.AlignMonth} {
-		if got, err := floodgate.ParseAlign(s); err != nil || got != want {
+		if got, err := store.ParseAlign(s); err != nil || got != want {
 			t.Errorf("ParseAlign(%q) = %v, %v; want %v", s, got, err, want)
 		}
 	}
-	if _, err := floodgate.ParseAlign("week"); err == nil {
+	if _, err := store.ParseAlign("week"); err == nil {
 		t.Error("ParseAlign(week) succeeded")
 	}
 }
@@ -346,8 +347,8 @@ func TestParseNames(t *testing.T) {
 // ConfigError.RuleIndex points at the rule at fault: a bad field, a
 // duplicate name (the later rule), an unnamed rule; -1 for the limiter.
 func TestConfigErrorRuleIndex(t *testing.T) {
-	store := memory.New(nil)
-	defer store.Close()
+	st := memory.New(nil)
+	defer st.Close()
 	named := func(name string) floodgate.Rule { r := okRule(); r.Name = name; return r }
 	bad := named("b")
 	bad.Window = 0
@@ -362,7 +363,7 @@ func TestConfigErrorRuleIndex(t *testing.T) {
 		{"duplicate name", []floodgate.Rule{named("a"), named("b"), named("a")}, nil, 2},
 		{"unnamed rule", []floodgate.Rule{named("a"), named("")}, nil, 1},
 	} {
-		_, err := floodgate.New("api", store, tt.rules, tt.opts)
+		_, err := floodgate.New("api", st, tt.rules, tt.opts)
 		var ce *floodgate.ConfigError
 		if !errors.As(err, &ce) {
 			t.Fatalf("%s: error %v is not a *ConfigError", tt.name, err)

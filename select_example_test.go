@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
 // exampleRoute returns a candidate for an upstream route with a
 // requests-per-minute and a tokens-per-minute cap, sliding windows in 1 s
 // buckets.
-func exampleRoute(store floodgate.Store, clock floodgate.Clock, name string, rpm, tpm int64) floodgate.Candidate {
+func exampleRoute(store store.Store, clock floodgate.Clock, name string, rpm, tpm int64) floodgate.Candidate {
 	l, err := floodgate.New(name, store, []floodgate.Rule{
 		{Name: "rpm", Algorithm: floodgate.SlidingWindow, Limit: rpm, Window: time.Minute, Key: []string{"route"}},
 		{Name: "tpm", Algorithm: floodgate.SlidingWindow, Limit: tpm, Window: time.Minute, Key: []string{"route"}},

@@ -5,6 +5,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -13,7 +14,7 @@ import (
 // writes under its own key prefix.
 func TestGatewayRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	runGateway(t, func(t *testing.T) floodgate.Store {
+	runGateway(t, func(t *testing.T) store.Store {
 		s, err := redis.New(&redis.Options{
 			URL:          "redis://" + srv.Addr,
 			KeyPrefix:    "gw:" + t.Name() + ":",
@@ -53,7 +54,7 @@ func TestSelectRedisCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			g := newGW(t, func(*testing.T) floodgate.Store { return s }, gwStart)
+			g := newGW(t, func(*testing.T) store.Store { return s }, gwStart)
 			routes := []floodgate.Candidate{g.route("a", 1, 1), g.route("b", 1, 1), g.route("c", 10, 100)}
 			floodgate.Select(g.ctx, routes[:1]) // a spent
 			floodgate.Select(g.ctx, routes[1:2])

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -19,9 +20,9 @@ import (
 
 // newStoreFunc returns a fresh store for one test, whose state no other test
 // sees.
-type newStoreFunc func(t *testing.T) floodgate.Store
+type newStoreFunc func(t *testing.T) store.Store
 
-func memoryStore(t *testing.T) floodgate.Store {
+func memoryStore(t *testing.T) store.Store {
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -32,7 +33,7 @@ func TestGateway(t *testing.T) { runGateway(t, memoryStore) }
 // gw is one gateway test's world: a store and a manual clock.
 type gw struct {
 	t     *testing.T
-	store floodgate.Store
+	store store.Store
 	clock *floodgate.ManualClock
 	ctx   context.Context
 }
@@ -331,7 +332,7 @@ func TestSelectorZero(t *testing.T) {
 // downStore is a store that cannot be reached.
 type downStore struct{}
 
-func (downStore) Apply(context.Context, *floodgate.Batch) error { return errStoreDown }
+func (downStore) Apply(context.Context, *store.Batch) error { return errStoreDown }
 
 // BenchmarkSelect measures a selection on the memory store that skips a
 // capped route and admits the next: two decisions.

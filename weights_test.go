@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 var tokenWeights = floodgate.Weights{"input": 1, "output": 3}
@@ -210,7 +211,7 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 // Settle records the whole cost.
 func TestSettleAfterFailOpen(t *testing.T) {
 	g := newGW(t, memoryStore, gwStart)
-	down := floodgate.Store(downStore{})
+	down := store.Store(downStore{})
 	l, err := floodgate.New("keys", down, []floodgate.Rule{perMinute("key-rpm", 10, "key"), perMinute("key-tpm", 50, "key")},
 		&floodgate.Options{Clock: g.clock, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // MaxFileSize is the largest configuration file Load reads.
@@ -157,7 +158,7 @@ func (l *Limiter) Options(opts floodgate.Options) floodgate.Options {
 
 // New builds the limiter on store. opts supplies what configuration does
 // not hold (observer, logger, clock); Options fills in the rest.
-func (l *Limiter) New(store floodgate.Store, opts floodgate.Options) (*floodgate.Limiter, error) {
+func (l *Limiter) New(store store.Store, opts floodgate.Options) (*floodgate.Limiter, error) {
 	o := l.Options(opts)
 	return floodgate.New(l.Name, store, l.Rules, &o)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/yamlnode"
+	"github.com/floodgate-go/floodgate/store"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
@@ -175,7 +176,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 	}
 	if v := f["algorithm"]; v != nil {
 		if s, ok := d.str(v, path+".algorithm"); ok {
-			a, err := floodgate.ParseAlgorithm(s)
+			a, err := store.ParseAlgorithm(s)
 			if err != nil {
 				d.errorf(v, path+".algorithm", "%v", err)
 			}
@@ -200,7 +201,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 	}
 	if v := f["align"]; v != nil {
 		if s, ok := d.str(v, path+".align"); ok {
-			a, err := floodgate.ParseAlign(s)
+			a, err := store.ParseAlign(s)
 			if err != nil {
 				d.errorf(v, path+".align", "%v", err)
 			}
@@ -359,5 +360,5 @@ func (d *decoder) nearest(path string, fallback *yaml.Node) *yaml.Node {
 // store.
 type nopStore struct{}
 
-func (nopStore) Apply(context.Context, *floodgate.Batch) error { return nil }
-func (nopStore) InProcess() bool                               { return true }
+func (nopStore) Apply(context.Context, *store.Batch) error { return nil }
+func (nopStore) InProcess() bool                           { return true }

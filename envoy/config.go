@@ -12,6 +12,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // Config is a loaded set of Envoy rate limit configuration files: one domain
@@ -287,7 +288,7 @@ func newDomain(f *File) (*domain, error) {
 // nopStore lets NewConfig validate rules without a store.
 type nopStore struct{}
 
-func (nopStore) Apply(context.Context, *floodgate.Batch) error { return nil }
+func (nopStore) Apply(context.Context, *store.Batch) error { return nil }
 
 // sortedChildren lists n's children in a fixed order, so rule order does
 // not depend on map iteration.

@@ -6,7 +6,7 @@
 //
 // LoadDir reads a directory of those files into a Config: one domain per
 // file, a tree of descriptors per domain, a rate limit at any node. New
-// turns a Config into a Service over a floodgate.Store: each domain becomes
+// turns a Config into a Service over a store.Store: each domain becomes
 // one floodgate.Limiter whose rules are the domain's rate limits, counted in
 // fixed windows aligned to the Unix epoch like the reference service's, or
 // with another floodgate algorithm named by the "floodgate" extension key.

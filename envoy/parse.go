@@ -10,6 +10,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/yamlnode"
+	"github.com/floodgate-go/floodgate/store"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -392,7 +393,7 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 		switch k.Value {
 		case "algorithm":
 			s := p.str(v, f)
-			a, err := floodgate.ParseAlgorithm(s)
+			a, err := store.ParseAlgorithm(s)
 			switch {
 			case err != nil:
 				p.fail(v, f, "unknown algorithm %q: want fixed_window, sliding_window, token_bucket or gcra", s)

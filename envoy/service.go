@@ -9,6 +9,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,12 +36,12 @@ type Options struct {
 }
 
 // Service answers Envoy's ShouldRateLimit calls from a Config, keeping its
-// counters in a floodgate.Store. It is safe for concurrent use; Update
+// counters in a store.Store. It is safe for concurrent use; Update
 // swaps its Config while it serves.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
-	store floodgate.Store
+	store store.Store
 	cur   atomic.Pointer[state]
 }
 
@@ -59,7 +60,7 @@ type state struct {
 // New returns a Service that decides with cfg (nil means no domains) and
 // keeps its counters in store. opts may be nil. It returns an error when a
 // domain's rules do not make a limiter, which LoadDir has already ruled out.
-func New(store floodgate.Store, cfg *Config, opts *Options) (*Service, error) {
+func New(store store.Store, cfg *Config, opts *Options) (*Service, error) {
 	if store == nil {
 		return nil, fmt.Errorf("envoy: store must not be nil")
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -42,7 +43,7 @@ type harness struct {
 
 // start serves a Service on a loopback port and dials it with Envoy's
 // generated client.
-func start(t *testing.T, cfg *envoy.Config, store floodgate.Store, opts *envoy.Options) *harness {
+func start(t *testing.T, cfg *envoy.Config, store store.Store, opts *envoy.Options) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: floodgate.NewManualClock(t0)}
 	if opts == nil {
@@ -438,7 +439,7 @@ func mustParse(t *testing.T, name, yaml string) *envoy.File {
 
 type brokenStore struct{}
 
-func (brokenStore) Apply(context.Context, *floodgate.Batch) error { return errors.New("store down") }
+func (brokenStore) Apply(context.Context, *store.Batch) error { return errors.New("store down") }
 
 func TestStoreFailure(t *testing.T) {
 	for _, tc := range []struct {

@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -236,7 +237,7 @@ func TestPeerIPForwarded(t *testing.T) {
 
 type failingStore struct{}
 
-func (failingStore) Apply(context.Context, *floodgate.Batch) error { return errors.New("down") }
+func (failingStore) Apply(context.Context, *store.Batch) error { return errors.New("down") }
 
 func TestStoreFailure(t *testing.T) {
 	for _, tt := range []struct {

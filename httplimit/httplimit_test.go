@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -355,7 +356,7 @@ func TestSubrequestMark(t *testing.T) {
 // failingStore is a store that is down.
 type failingStore struct{}
 
-func (failingStore) Apply(context.Context, *floodgate.Batch) error {
+func (failingStore) Apply(context.Context, *store.Batch) error {
 	return errors.New("connection refused")
 }
 

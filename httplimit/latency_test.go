@@ -12,6 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
@@ -27,7 +28,7 @@ func BenchmarkMiddlewareLatency(b *testing.B) {
 	rules := []floodgate.Rule{{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Align: floodgate.AlignClock,
 		Limit: 1 << 40, Window: time.Minute, Key: []string{"tenant"}}}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	wrap := func(b *testing.B, store floodgate.Store) http.Handler {
+	wrap := func(b *testing.B, store store.Store) http.Handler {
 		lim, err := floodgate.New("latency", store, rules, &floodgate.Options{Timeout: time.Second})
 		if err != nil {
 			b.Fatal(err)

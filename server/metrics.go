@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // Values of floodgate_decisions_total's result label.
@@ -219,16 +220,16 @@ func (m *metrics) reloadFailed() {
 }
 
 // instrument wraps a store so that every call's latency is observed.
-func (m *metrics) instrument(s floodgate.Store) floodgate.Store {
-	in, ok := s.(floodgate.InProcess)
+func (m *metrics) instrument(s store.Store) store.Store {
+	in, ok := s.(store.InProcess)
 	return &instrumentedStore{Store: s, m: m, inProcess: ok && in.InProcess()}
 }
 
-// instrumentedStore is a floodgate.Store decorator that times every call.
+// instrumentedStore is a store.Store decorator that times every call.
 // It keeps the wrapped store's InProcess answer, so an in-memory store keeps
 // its fast path.
 type instrumentedStore struct {
-	floodgate.Store
+	store.Store
 	m         *metrics
 	inProcess bool
 }
@@ -237,7 +238,7 @@ type instrumentedStore struct {
 func (s *instrumentedStore) InProcess() bool { return s.inProcess }
 
 // Apply applies b on the wrapped store and observes its latency.
-func (s *instrumentedStore) Apply(ctx context.Context, b *floodgate.Batch) error {
+func (s *instrumentedStore) Apply(ctx context.Context, b *store.Batch) error {
 	start := time.Now()
 	err := s.Store.Apply(ctx, b)
 	took := time.Since(start).Seconds()

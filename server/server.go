@@ -32,6 +32,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
 	"github.com/floodgate-go/floodgate/envoy"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // Defaults of a Server's optional fields.
@@ -59,7 +60,7 @@ type Server struct {
 	// Store holds rule state; required. It is built once: a reload that
 	// changes the store section is applied except for the store, and
 	// logged.
-	Store floodgate.Store
+	Store store.Store
 
 	// HTTPAddr is the HTTP API's listen address; "" means
 	// DefaultHTTPAddr. GRPCAddr is the gRPC listen address; "" means
@@ -124,7 +125,7 @@ type Server struct {
 	metrics  *metrics
 	live     *live // top keys and per-second counts (live.go)
 	envoy    *envoy.Service
-	store    floodgate.Store // Store, instrumented
+	store    store.Store // Store, instrumented
 	secret   []byte
 	refunded refunded
 	draining atomic.Bool // Close's drain period: answers close their connection

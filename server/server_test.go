@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -66,7 +67,7 @@ type testServer struct {
 
 // newTestServer serves yaml on the memory store (or store, when given) on
 // a loopback port, with a manual clock.
-func newTestServer(t *testing.T, yaml string, store floodgate.Store, tweak func(*Server)) *testServer {
+func newTestServer(t *testing.T, yaml string, store store.Store, tweak func(*Server)) *testServer {
 	t.Helper()
 	c, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
@@ -402,7 +403,7 @@ func TestLimitersHealthReady(t *testing.T) {
 // failingStore is a remote store that is down.
 type failingStore struct{ pingErr error }
 
-func (failingStore) Apply(context.Context, *floodgate.Batch) error {
+func (failingStore) Apply(context.Context, *store.Batch) error {
 	return errors.New("connection refused")
 }
 func (f failingStore) Ping(context.Context) error { return f.pingErr }

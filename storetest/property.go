@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 var algorithms = []floodgate.Algorithm{
@@ -197,7 +198,7 @@ func (s *sharedStore) startAfter(rng *rand.Rand) time.Time {
 }
 
 // testProperties plays random sequences against one rule of each algorithm.
-func testProperties(t *testing.T, newStore func(*testing.T) floodgate.Store, cfg *config) {
+func testProperties(t *testing.T, newStore func(*testing.T) store.Store, cfg *config) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			store := openStore(t, newStore)
@@ -215,7 +216,7 @@ func testProperties(t *testing.T, newStore func(*testing.T) floodgate.Store, cfg
 // testMultiRule plays random sequences against limiters of two or three
 // rules of random algorithms, keyed on different attributes, some of them
 // shadow rules; and against limiters that run dark as a whole.
-func testMultiRule(t *testing.T, newStore func(*testing.T) floodgate.Store, cfg *config, shadowLimiter bool) {
+func testMultiRule(t *testing.T, newStore func(*testing.T) store.Store, cfg *config, shadowLimiter bool) {
 	store := openStore(t, newStore)
 	for i := range cfg.sequences {
 		seed := cfg.seed + uint64(i)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // fixture is one limiter on a manual clock, for the hand-written scenarios.
@@ -96,7 +97,7 @@ func counterRule(name string, alg floodgate.Algorithm, limit int64, key ...strin
 	return floodgate.Rule{Name: name, Algorithm: alg, Limit: limit, Window: time.Minute, Key: key}
 }
 
-func testAllOrNothing(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testAllOrNothing(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -139,7 +140,7 @@ func testAllOrNothing(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 // per-user rules on a frozen clock. Denials must charge nothing, so the
 // units charged to the per-user rules add up to exactly what was admitted,
 // which is exactly the global limit.
-func testAllOrNothingConcurrent(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testAllOrNothingConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	const users, workers, attempts, global, perUser = 8, 16, 10, 50, 10
 	for _, alg := range algorithms {
@@ -180,7 +181,7 @@ func testAllOrNothingConcurrent(t *testing.T, newStore func(*testing.T) floodgat
 	}
 }
 
-func testShadowRule(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testShadowRule(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	dark := counterRule("dark", floodgate.FixedWindow, 2, "user")
 	dark.Shadow = true
@@ -209,7 +210,7 @@ func testShadowRule(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 	}
 }
 
-func testShadowLimiter(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testShadowLimiter(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -236,7 +237,7 @@ func testShadowLimiter(t *testing.T, newStore func(*testing.T) floodgate.Store) 
 	}
 }
 
-func testNever(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testNever(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -270,7 +271,7 @@ func testNever(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 	}
 }
 
-func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testRefund(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	x := floodgate.Attributes{"user": "x"}
 	t.Run("double", func(t *testing.T) {
@@ -394,7 +395,7 @@ func testRefund(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 
 // testRecord pushes keys past their limits with Record: later requests are
 // denied until the usage ages out, and the record itself reports a peek.
-func testRecord(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testRecord(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	x := floodgate.Attributes{"user": "x"}
 	for _, alg := range algorithms {
@@ -437,7 +438,7 @@ type calendarCase struct {
 	wantReset time.Duration
 }
 
-func testCalendar(t *testing.T, newStore func(*testing.T) floodgate.Store, zones []*time.Location) {
+func testCalendar(t *testing.T, newStore func(*testing.T) store.Store, zones []*time.Location) {
 	loc := map[string]*time.Location{}
 	for _, z := range zones {
 		loc[z.String()] = z
@@ -504,7 +505,7 @@ func testCalendar(t *testing.T, newStore func(*testing.T) floodgate.Store, zones
 
 // testCalendarProperty plays random sequences against calendar windows in
 // every zone, with steps of hours and days.
-func testCalendarProperty(t *testing.T, newStore func(*testing.T) floodgate.Store, cfg *config) {
+func testCalendarProperty(t *testing.T, newStore func(*testing.T) store.Store, cfg *config) {
 	for i := range cfg.sequences / 3 {
 		seed := cfg.seed + uint64(i)
 		rng := newRand(seed, 3)
@@ -537,7 +538,7 @@ func testCalendarProperty(t *testing.T, newStore func(*testing.T) floodgate.Stor
 	}
 }
 
-func testLimitChanges(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testLimitChanges(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	x := floodgate.Attributes{"user": "x"}
 	t.Run("limit_func", func(t *testing.T) {
@@ -709,7 +710,7 @@ func testLimitChanges(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 	})
 }
 
-func testKeys(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testKeys(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	t.Run("absent_attribute_skips", func(t *testing.T) {
 		f := newFixture(t, store, "keys-skip", nil,
@@ -773,7 +774,7 @@ func testKeys(t *testing.T, newStore func(*testing.T) floodgate.Store) {
 	})
 }
 
-func testReset(t *testing.T, newStore func(*testing.T) floodgate.Store) {
+func testReset(t *testing.T, newStore func(*testing.T) store.Store) {
 	store := openStore(t, newStore)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {

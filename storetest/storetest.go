@@ -1,10 +1,10 @@
-// Package storetest is the conformance suite every floodgate.Store must pass,
+// Package storetest is the conformance suite every store.Store must pass,
 // and the reference model it checks stores against.
 //
 // A store's tests call Run with a constructor:
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) floodgate.Store {
+//		storetest.Run(t, func(t *testing.T) store.Store {
 //			s := memory.New(nil)
 //			t.Cleanup(func() { s.Close() })
 //			return s
@@ -49,6 +49,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // SeedEnv names the environment variable that fixes the suite's random seed
@@ -70,11 +71,11 @@ type config struct {
 // latest time it has seen), so each new clock starts no earlier than the
 // others read.
 type sharedStore struct {
-	floodgate.Store
+	store.Store
 	clocks []*floodgate.ManualClock
 }
 
-func openStore(t *testing.T, newStore func(*testing.T) floodgate.Store) *sharedStore {
+func openStore(t *testing.T, newStore func(*testing.T) store.Store) *sharedStore {
 	return &sharedStore{Store: newStore(t)}
 }
 
@@ -103,7 +104,7 @@ func (s *sharedStore) clockAt(t time.Time) *floodgate.ManualClock {
 // Run runs the conformance suite. newStore returns the store under test; it
 // is called once per group of subtests, which share it, and should register
 // its own clean-up with t.Cleanup.
-func Run(t *testing.T, newStore func(t *testing.T) floodgate.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	cfg := &config{sequences: 30, steps: 120, zones: []*time.Location{time.UTC}}
 	if s := os.Getenv(SeedEnv); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/topkeys"
 )
@@ -118,8 +119,8 @@ func TestShadowRuleDenialsAndStoreFailures(t *testing.T) {
 // failing is a store whose every call fails.
 type failing struct{}
 
-func (failing) Apply(context.Context, *floodgate.Batch) error { return errors.New("down") }
-func (failing) InProcess() bool                               { return true }
+func (failing) Apply(context.Context, *store.Batch) error { return errors.New("down") }
+func (failing) InProcess() bool                           { return true }
 
 func TestSpansRollOverMinutes(t *testing.T) {
 	clock := floodgate.NewManualClock(start)

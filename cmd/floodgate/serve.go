@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
 	"github.com/floodgate-go/floodgate/server"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
@@ -266,7 +266,7 @@ func storeName(c *config.Config) string {
 
 // openStore builds the store the configuration names, and the function
 // that closes it.
-func openStore(c *config.Config, logger *slog.Logger) (floodgate.Store, func(), error) {
+func openStore(c *config.Config, logger *slog.Logger) (store.Store, func(), error) {
 	if r := c.Store.Redis; r != nil {
 		return openRedis(r, logger)
 	}
@@ -276,7 +276,7 @@ func openStore(c *config.Config, logger *slog.Logger) (floodgate.Store, func(), 
 
 // openRedis connects the Redis store. The per-call deadline is not the
 // store's: it is each limiter's (store.redis.deadline by default).
-func openRedis(r *config.Redis, logger *slog.Logger) (floodgate.Store, func(), error) {
+func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error) {
 	opts := &redis.Options{
 		URL:           r.URL,
 		Cluster:       r.Cluster,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // The gateway's configuration. The numbers are small so that the README's
@@ -67,7 +68,7 @@ type gateway struct {
 
 // newGateway builds the gateway's limiters over store, reading clock, in
 // front of models (in order of preference).
-func newGateway(store floodgate.Store, clock floodgate.Clock, models []*model) (*gateway, error) {
+func newGateway(store store.Store, clock floodgate.Clock, models []*model) (*gateway, error) {
 	zone, err := time.LoadLocation(budgetZone)
 	if err != nil {
 		return nil, err

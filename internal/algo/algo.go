@@ -8,7 +8,7 @@
 //
 // A store evaluates one rule in these steps, holding whatever lock protects s:
 //
-//	v := s                            // a copy, unless InPlace(p.Kind)
+//	v := s                            // a copy, unless InPlace(p.Algorithm)
 //	Normalize(p, &v, now)             // bring the state to now
 //	ok, never, retry := Check(p, &v, now, n)
 //	if committing { Take(p, &v, now, n, lease); s = v }
@@ -27,29 +27,10 @@
 // gets back exactly the units the ticket took.
 package algo
 
-import "time"
+import (
+	"time"
 
-// Kind names an algorithm.
-type Kind uint8
-
-// The algorithms. The zero Kind is invalid.
-const (
-	FixedWindow Kind = iota + 1
-	SlidingWindow
-	TokenBucket
-	GCRA
-	Concurrency
-)
-
-// Align says where a fixed window starts.
-type Align uint8
-
-// Window alignments for FixedWindow.
-const (
-	AlignFirstHit Align = iota // the window opens at the key's first hit
-	AlignClock                 // windows are multiples of Window since the Unix epoch
-	AlignDay                   // calendar days in Loc
-	AlignMonth                 // calendar months in Loc
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // MaxUnits bounds the products the algorithms form (burst × window and the
@@ -57,16 +38,12 @@ const (
 // it; debts from Record are clamped to it.
 const MaxUnits = 1 << 53
 
-// Params are one rule's parameters for one decision.
-type Params struct {
-	Kind    Kind
-	Limit   int64 // units per Window; leases for Concurrency
-	Window  int64 // µs; lease lifetime for Concurrency; unused for calendar windows
-	Burst   int64 // capacity of TokenBucket and GCRA (>= 1)
-	Buckets int64 // sub-buckets of SlidingWindow (Window % Buckets == 0)
-	Align   Align
-	Loc     *time.Location // calendar windows; nil means UTC
-}
+// Params are one rule's parameters for one decision, in the port's one
+// form. Times inside this package are µs; win gives the window in them.
+type Params = store.Params
+
+// win is p's window in µs.
+func win(p *Params) int64 { return int64(p.Window / time.Microsecond) }
 
 // Lease is one held concurrency slot group.
 type Lease struct {
@@ -103,35 +80,35 @@ func (s *State) Reset() {
 // alone, so that a store may keep the normalized state without a charge:
 // true for sliding windows and leases. Other kinds are normalized on a copy
 // that is kept only when the decision charges (see the package doc).
-func InPlace(k Kind) bool { return k == SlidingWindow || k == Concurrency }
+func InPlace(k store.Algorithm) bool { return k == store.SlidingWindow || k == store.Concurrency }
 
 // FixedExpiry reports whether a key of kind k that reached its Expiry
 // means "nothing held" under any limits: true for all but token buckets,
 // which are full only at the burst their expiry was computed with. A store
 // forgets an expired token bucket that a decision read but did not write
 // only in the background (where its limits may since have been raised).
-func FixedExpiry(k Kind) bool { return k != TokenBucket }
+func FixedExpiry(k store.Algorithm) bool { return k != store.TokenBucket }
 
 // Normalize brings s to the time now under the limits of p.
 func Normalize(p *Params, s *State, now int64) {
-	switch p.Kind {
-	case FixedWindow:
+	switch p.Algorithm {
+	case store.FixedWindow:
 		if !s.Live || now >= s.C {
 			start, end := windowAt(p, now)
 			s.A, s.B, s.C, s.Live = start, 0, end, true
 		}
-	case SlidingWindow:
+	case store.SlidingWindow:
 		normSliding(p, s, now)
-	case TokenBucket:
+	case store.TokenBucket:
 		normBucket(p, s, now)
-	case GCRA:
+	case store.GCRA:
 		if !s.Live || s.A < now {
 			s.A, s.B, s.Live = now, 0, true
 		} else if s.C != p.Limit && s.B != 0 {
 			s.A, s.B = s.A+1, 0
 		}
 		s.C = p.Limit
-	case Concurrency:
+	case store.Concurrency:
 		normLeases(s, now)
 	}
 }
@@ -141,8 +118,8 @@ func Normalize(p *Params, s *State, now int64) {
 // retry is the exact wait in µs after which the same n is admitted, assuming
 // no other traffic. s must be normalized.
 func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
-	switch p.Kind {
-	case FixedWindow:
+	switch p.Algorithm {
+	case store.FixedWindow:
 		if n > p.Limit {
 			return false, true, 0
 		}
@@ -150,27 +127,27 @@ func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
 			return true, false, 0
 		}
 		return false, false, s.C - now
-	case SlidingWindow:
+	case store.SlidingWindow:
 		return checkSliding(p, s, now, n)
-	case TokenBucket:
+	case store.TokenBucket:
 		if n > p.Burst {
 			return false, true, 0
 		}
 		if s.A >= n {
 			return true, false, 0
 		}
-		need := (n-s.A)*p.Window - s.B
+		need := (n-s.A)*win(p) - s.B
 		return false, false, bucketLag(s, now) + ceilDiv(need, p.Limit)
-	case GCRA:
+	case store.GCRA:
 		if n > p.Burst {
 			return false, true, 0
 		}
-		over := gcraDebt(p, s, now) + n*p.Window - p.Burst*p.Window
+		over := gcraDebt(p, s, now) + n*win(p) - p.Burst*win(p)
 		if over <= 0 {
 			return true, false, 0
 		}
 		return false, false, ceilDiv(over, p.Limit)
-	case Concurrency:
+	case store.Concurrency:
 		return checkLeases(p, s, now, n)
 	}
 	return false, true, 0
@@ -183,27 +160,27 @@ func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
 // and GCRA, 0 for Concurrency. s must be normalized.
 func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 	n = min(n, MaxUnits) // a larger charge means the same, and would overflow
-	switch p.Kind {
-	case FixedWindow:
+	switch p.Algorithm {
+	case store.FixedWindow:
 		s.B = addClamped(s.B, n)
 		return s.A
-	case SlidingWindow:
+	case store.SlidingWindow:
 		i := s.A % p.Buckets
 		s.Ring[i] = addClamped(s.Ring[i], n)
 		s.B = addClamped(s.B, n)
 		return s.A
-	case TokenBucket:
+	case store.TokenBucket:
 		s.A -= n
-		if floor := p.Burst - MaxUnits/p.Window; s.A < floor {
+		if floor := p.Burst - MaxUnits/win(p); s.A < floor {
 			s.A = floor
 		}
 		return now
-	case GCRA:
-		d := min(gcraDebt(p, s, now)+min(n, MaxUnits/p.Window+p.Burst)*p.Window, MaxUnits+p.Burst*p.Window)
+	case store.GCRA:
+		d := min(gcraDebt(p, s, now)+min(n, MaxUnits/win(p)+p.Burst)*win(p), MaxUnits+p.Burst*win(p))
 		s.A, s.B = now+d/p.Limit, d%p.Limit
 		return now
-	case Concurrency:
-		addLease(s, Lease{ID: lease, N: n, Exp: now + p.Window})
+	case store.Concurrency:
+		addLease(s, Lease{ID: lease, N: n, Exp: now + win(p)})
 	}
 	return 0
 }
@@ -213,7 +190,7 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 // are tokens taken a whole Window ago or more (so a store need remember a
 // spent ticket only that long).
 //
-// s is the stored state, normalized only if InPlace(p.Kind): a refund does
+// s is the stored state, normalized only if InPlace(p.Algorithm): a refund does
 // not bring a token bucket or a GCRA key to now under the ticket's limits,
 // which may no longer be the key's. A token bucket gets n tokens added to
 // its count as of its last refill; the next decision refills it and caps it
@@ -227,39 +204,39 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 // at most the time it took as well.
 func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 	n = min(n, MaxUnits)
-	switch p.Kind {
-	case FixedWindow:
+	switch p.Algorithm {
+	case store.FixedWindow:
 		if s.Live && stamp == s.A && now < s.C {
 			s.B = max(0, s.B-n)
 		}
-	case SlidingWindow:
+	case store.SlidingWindow:
 		if stamp <= s.A && s.A-stamp < p.Buckets {
 			i := stamp % p.Buckets
 			d := min(n, s.Ring[i])
 			s.Ring[i] -= d
 			s.B -= d
 		}
-	case TokenBucket:
-		if !s.Live || now-stamp >= p.Window {
+	case store.TokenBucket:
+		if !s.Live || now-stamp >= win(p) {
 			return
 		}
 		s.A = addClamped(s.A, n)
-	case GCRA:
-		if !s.Live || now-stamp >= p.Window || s.A < now {
+	case store.GCRA:
+		if !s.Live || now-stamp >= win(p) || s.A < now {
 			return
 		}
 		c := s.C
 		if c <= 0 {
 			c = p.Limit
 		}
-		n = min(n, MaxUnits/p.Window)
-		back := n * p.Window // n units at c, in 1/c µs
+		n = min(n, MaxUnits/win(p))
+		back := n * win(p) // n units at c, in 1/c µs
 		if p.Limit > c {
-			back = n * p.Window / p.Limit * c // the time taken, floored to µs
+			back = n * win(p) / p.Limit * c // the time taken, floored to µs
 		}
 		d := max(0, (s.A-now)*c+s.B-back)
 		s.A, s.B = now+d/c, d%c
-	case Concurrency:
+	case store.Concurrency:
 		for i, l := range s.Leases {
 			if l.ID == lease {
 				s.Leases = append(s.Leases[:i], s.Leases[i+1:]...)
@@ -273,24 +250,24 @@ func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 // Status reports the units left now and the µs until the full quota is back.
 // s must be normalized.
 func Status(p *Params, s *State, now int64) (remaining, reset int64) {
-	switch p.Kind {
-	case FixedWindow:
-		if s.B == 0 && p.Align == AlignFirstHit {
+	switch p.Algorithm {
+	case store.FixedWindow:
+		if s.B == 0 && p.Align == store.AlignFirstHit {
 			return p.Limit, 0
 		}
 		return max(0, p.Limit-s.B), s.C - now
-	case SlidingWindow:
+	case store.SlidingWindow:
 		return max(0, p.Limit-s.B), slidingReset(p, s, now)
-	case TokenBucket:
+	case store.TokenBucket:
 		rem := min(max(0, s.A), p.Burst)
 		if s.A >= p.Burst {
 			return rem, 0
 		}
-		return rem, bucketLag(s, now) + ceilDiv((p.Burst-s.A)*p.Window-s.B, p.Limit)
-	case GCRA:
+		return rem, bucketLag(s, now) + ceilDiv((p.Burst-s.A)*win(p)-s.B, p.Limit)
+	case store.GCRA:
 		d := gcraDebt(p, s, now)
-		return max(0, (p.Burst*p.Window-d)/p.Window), ceilDiv(d, p.Limit)
-	case Concurrency:
+		return max(0, (p.Burst*win(p)-d)/win(p)), ceilDiv(d, p.Limit)
+	case store.Concurrency:
 		var reset int64
 		if n := len(s.Leases); n > 0 {
 			reset = s.Leases[n-1].Exp - now
@@ -313,7 +290,7 @@ func Expiry(p *Params, s *State, now int64) int64 {
 func StatusExpiry(p *Params, s *State, now int64) (remaining, reset, expiry int64) {
 	remaining, reset = Status(p, s, now)
 	switch {
-	case p.Kind != FixedWindow:
+	case p.Algorithm != store.FixedWindow:
 		return remaining, reset, now + reset
 	case s.B == 0:
 		return remaining, reset, now
@@ -327,12 +304,12 @@ func StatusExpiry(p *Params, s *State, now int64) (remaining, reset, expiry int6
 // can last 25 hours and a month 31 days.
 func TicketLifetime(p *Params) int64 {
 	switch {
-	case p.Kind == FixedWindow && p.Align == AlignDay:
+	case p.Algorithm == store.FixedWindow && p.Align == store.AlignDay:
 		return 25 * 3600e6
-	case p.Kind == FixedWindow && p.Align == AlignMonth:
+	case p.Algorithm == store.FixedWindow && p.Align == store.AlignMonth:
 		return 32 * 24 * 3600e6
 	}
-	return p.Window
+	return win(p)
 }
 
 // gcraDebt is how far the theoretical arrival time is ahead of now, in
@@ -365,35 +342,35 @@ func normBucket(p *Params, s *State, now int64) {
 		s.A, s.B = p.Burst, 0
 		return
 	}
-	s.B = min(s.B, p.Window-1) // the window may have shrunk
-	need := (p.Burst-s.A)*p.Window - s.B
+	s.B = min(s.B, win(p)-1) // the window may have shrunk
+	need := (p.Burst-s.A)*win(p) - s.B
 	if el >= ceilDiv(need, p.Limit) {
 		s.A, s.B = p.Burst, 0
 		return
 	}
 	acc := s.B + el*p.Limit
-	s.A += acc / p.Window
-	s.B = acc % p.Window
+	s.A += acc / win(p)
+	s.B = acc % win(p)
 }
 
 // windowAt returns the fixed window [start, end) that holds now.
 func windowAt(p *Params, now int64) (start, end int64) {
 	switch p.Align {
-	case AlignClock:
-		start = floorDiv(now, p.Window) * p.Window
-		return start, start + p.Window
-	case AlignDay, AlignMonth:
-		loc := p.Loc
+	case store.AlignClock:
+		start = floorDiv(now, win(p)) * win(p)
+		return start, start + win(p)
+	case store.AlignDay, store.AlignMonth:
+		loc := p.Location
 		if loc == nil {
 			loc = time.UTC
 		}
 		y, m, d := time.UnixMicro(now).In(loc).Date()
-		if p.Align == AlignDay {
+		if p.Align == store.AlignDay {
 			return startOfDay(y, m, d, loc), startOfDay(y, m, d+1, loc)
 		}
 		return startOfDay(y, m, 1, loc), startOfDay(y, m+1, 1, loc)
 	default:
-		return now, now + p.Window
+		return now, now + win(p)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/store"
+
 	"github.com/floodgate-go/floodgate/internal/caltest"
 )
 
@@ -37,11 +39,11 @@ func clone(s *State) State {
 	return c
 }
 
-var kinds = []Kind{FixedWindow, SlidingWindow, TokenBucket, GCRA, Concurrency}
+var kinds = []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.TokenBucket, store.GCRA, store.Concurrency}
 
-func params(k Kind, limit, window int64) Params {
-	p := Params{Kind: k, Limit: limit, Window: window, Burst: limit}
-	if k == SlidingWindow {
+func params(k store.Algorithm, limit, window int64) Params {
+	p := store.Params{Algorithm: k, Limit: limit, Window: us(window), Burst: limit}
+	if k == store.SlidingWindow {
 		p.Buckets = 10
 	}
 	return p
@@ -50,14 +52,14 @@ func params(k Kind, limit, window int64) Params {
 // The largest parameters validation allows keep every product exact: a
 // drained bucket's retry is the exact rational wait, rounded up.
 func TestExactNearMaxUnits(t *testing.T) {
-	for _, k := range []Kind{TokenBucket, GCRA} {
+	for _, k := range []store.Algorithm{store.TokenBucket, store.GCRA} {
 		for _, c := range []struct{ limit, burst, window int64 }{
 			{MaxUnits / 4 / 1_000_000, MaxUnits / 4 / 1_000_000, 1_000_000},
 			{3, MaxUnits / 4 / 86_400_000_000, 86_400_000_000},
 			{MaxUnits / 4 / 999_983, 7, 999_983},
 			{1, MaxUnits / 4, 1},
 		} {
-			p := Params{Kind: k, Limit: c.limit, Window: c.window, Burst: c.burst}
+			p := store.Params{Algorithm: k, Limit: c.limit, Window: us(c.window), Burst: c.burst}
 			var s State
 			const t0 int64 = 1_700_000_000_000_000
 			if ok, _, _ := step(&p, &s, t0, c.burst, false); !ok {
@@ -78,7 +80,7 @@ func TestExactNearMaxUnits(t *testing.T) {
 			}
 		}
 	}
-	p := Params{Kind: FixedWindow, Limit: MaxUnits / 4, Window: 1000}
+	p := store.Params{Algorithm: store.FixedWindow, Limit: MaxUnits / 4, Window: us(1000)}
 	var s State
 	if ok, _, _ := step(&p, &s, 0, MaxUnits/4, false); !ok {
 		t.Fatal("fixed window denied its whole limit")
@@ -117,12 +119,12 @@ func TestRecordHugeCostSaturates(t *testing.T) {
 // A lease recorded at a saturating size does not make its key looser when
 // it lapses before others.
 func TestConcurrencySaturatedLeaseLapses(t *testing.T) {
-	p := Params{Kind: Concurrency, Limit: 10, Window: 100}
+	p := store.Params{Algorithm: store.Concurrency, Limit: 10, Window: us(100)}
 	var s State
 	Normalize(&p, &s, 0)
 	Take(&p, &s, 0, 3, 1)
 	Take(&p, &s, 0, math.MaxInt64, 2)
-	p.Window = 1000
+	p.Window = us(1000)
 	Take(&p, &s, 0, 4, 3)
 	Normalize(&p, &s, 500) // the first two lapse
 	if rem, _ := Status(&p, &s, 500); rem != 6 {
@@ -172,7 +174,7 @@ func TestClockBackwards(t *testing.T) {
 // A token bucket whose burst is lowered holds at most the new burst, at once
 // and afterwards; raised, it keeps its tokens and refills to the new one.
 func TestTokenBucketBurstChanges(t *testing.T) {
-	p := Params{Kind: TokenBucket, Limit: 10, Window: 1_000_000, Burst: 10}
+	p := store.Params{Algorithm: store.TokenBucket, Limit: 10, Window: us(1_000_000), Burst: 10}
 	var s State
 	step(&p, &s, 0, 10, false)
 	Normalize(&p, &s, 530_000) // 5.3 tokens
@@ -200,7 +202,7 @@ func TestTokenBucketBurstChanges(t *testing.T) {
 // Lowering a fixed or sliding window's limit below its count denies until
 // the units age out; raising it admits at once. The count is untouched.
 func TestCountingLimitChanges(t *testing.T) {
-	for _, k := range []Kind{FixedWindow, SlidingWindow, Concurrency} {
+	for _, k := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.Concurrency} {
 		p := params(k, 10, 1_000_000)
 		var s State
 		for i := range int64(6) {
@@ -228,7 +230,7 @@ func TestCountingLimitChanges(t *testing.T) {
 // GCRA keeps its theoretical arrival time across a change of limit: the
 // same µs of debt now weigh limit/window units each.
 func TestGCRALimitChange(t *testing.T) {
-	p := Params{Kind: GCRA, Limit: 10, Window: 1_000_000, Burst: 10}
+	p := store.Params{Algorithm: store.GCRA, Limit: 10, Window: us(1_000_000), Burst: 10}
 	var s State
 	step(&p, &s, 0, 4, false) // 400ms of debt
 	q := p
@@ -240,10 +242,10 @@ func TestGCRALimitChange(t *testing.T) {
 	// At 3/s two units leave 666666⅔µs of debt, a fraction in thirds of a
 	// µs; under another limit it is rounded up to 666667µs, never read as
 	// some other fraction.
-	p = Params{Kind: GCRA, Limit: 3, Window: 1_000_000, Burst: 3}
+	p = store.Params{Algorithm: store.GCRA, Limit: 3, Window: us(1_000_000), Burst: 3}
 	s = State{}
 	step(&p, &s, 0, 2, false)
-	q = Params{Kind: GCRA, Limit: 1, Window: 1_000_000, Burst: 3}
+	q = store.Params{Algorithm: store.GCRA, Limit: 1, Window: us(1_000_000), Burst: 3}
 	Normalize(&q, &s, 0)
 	if _, reset := Status(&q, &s, 0); reset != 666_667 {
 		t.Fatalf("debt of 666666⅔µs under a new limit: reset %d, want 666667", reset)
@@ -253,7 +255,7 @@ func TestGCRALimitChange(t *testing.T) {
 // A sliding window refund returns units only to a bucket still in the
 // window, and never more than the bucket holds.
 func TestSlidingRefunds(t *testing.T) {
-	p := Params{Kind: SlidingWindow, Limit: 10, Window: 1000, Buckets: 4} // 250µs buckets
+	p := store.Params{Algorithm: store.SlidingWindow, Limit: 10, Window: us(1000), Buckets: 4} // 250µs buckets
 	var s State
 	Normalize(&p, &s, 0)
 	old := Take(&p, &s, 0, 3, 1) // bucket 0
@@ -280,8 +282,8 @@ func TestSlidingRefunds(t *testing.T) {
 
 // Buckets give tokens back only within one window of the charge.
 func TestBucketRefundHorizon(t *testing.T) {
-	for _, k := range []Kind{TokenBucket, GCRA} {
-		p := Params{Kind: k, Limit: 4, Window: 1000, Burst: 4}
+	for _, k := range []store.Algorithm{store.TokenBucket, store.GCRA} {
+		p := store.Params{Algorithm: k, Limit: 4, Window: us(1000), Burst: 4}
 		var s State
 		Normalize(&p, &s, 0)
 		stamp := Take(&p, &s, 0, 4, 1)
@@ -307,19 +309,19 @@ func TestCalendarWindows(t *testing.T) {
 		t.Skip(err)
 	}
 	for _, c := range []struct {
-		align Align
+		align store.Align
 		loc   *time.Location
 		at    time.Time
 		len   time.Duration
 	}{
-		{AlignDay, ny, time.Date(2024, 3, 10, 12, 0, 0, 0, ny), 23 * time.Hour},
-		{AlignDay, ny, time.Date(2024, 11, 3, 12, 0, 0, 0, ny), 25 * time.Hour},
-		{AlignDay, nil, time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC), 24 * time.Hour},
-		{AlignMonth, ny, time.Date(2024, 2, 10, 0, 0, 0, 0, ny), 29 * 24 * time.Hour},
-		{AlignMonth, ny, time.Date(2024, 3, 31, 23, 0, 0, 0, ny), 31*24*time.Hour - time.Hour},
-		{AlignMonth, nil, time.Date(2023, 12, 31, 23, 0, 0, 0, time.UTC), 31 * 24 * time.Hour},
+		{store.AlignDay, ny, time.Date(2024, 3, 10, 12, 0, 0, 0, ny), 23 * time.Hour},
+		{store.AlignDay, ny, time.Date(2024, 11, 3, 12, 0, 0, 0, ny), 25 * time.Hour},
+		{store.AlignDay, nil, time.Date(2024, 2, 29, 23, 59, 59, 0, time.UTC), 24 * time.Hour},
+		{store.AlignMonth, ny, time.Date(2024, 2, 10, 0, 0, 0, 0, ny), 29 * 24 * time.Hour},
+		{store.AlignMonth, ny, time.Date(2024, 3, 31, 23, 0, 0, 0, ny), 31*24*time.Hour - time.Hour},
+		{store.AlignMonth, nil, time.Date(2023, 12, 31, 23, 0, 0, 0, time.UTC), 31 * 24 * time.Hour},
 	} {
-		p := Params{Kind: FixedWindow, Limit: 1, Align: c.align, Loc: c.loc}
+		p := store.Params{Algorithm: store.FixedWindow, Limit: 1, Align: c.align, Location: c.loc}
 		start, end := windowAt(&p, c.at.UnixMicro())
 		if got := time.Duration(end-start) * time.Microsecond; got != c.len || start > c.at.UnixMicro() || end <= c.at.UnixMicro() {
 			t.Errorf("%v window at %v: [%v, %v) of %v, want %v long around it", c.align, c.at,
@@ -340,10 +342,10 @@ func TestCalendarWindowsFollowLocalDates(t *testing.T) {
 		}
 		for day := time.Date(2015, 1, 1, 7, 0, 0, 0, time.UTC); day.Year() < 2017; day = day.Add(24*time.Hour + 17*time.Minute) {
 			now := day.UnixMicro()
-			for _, align := range []Align{AlignDay, AlignMonth} {
-				p := Params{Kind: FixedWindow, Limit: 1, Align: align, Loc: loc}
+			for _, align := range []store.Align{store.AlignDay, store.AlignMonth} {
+				p := store.Params{Algorithm: store.FixedWindow, Limit: 1, Align: align, Location: loc}
 				start, end := WindowAt(&p, now)
-				wantStart, wantEnd := caltest.Window(now, loc, align == AlignMonth)
+				wantStart, wantEnd := caltest.Window(now, loc, align == store.AlignMonth)
 				if start != wantStart || end != wantEnd {
 					t.Fatalf("%s %v window at %v: [%v, %v), want [%v, %v)", zone, align, day.In(loc),
 						time.UnixMicro(start).In(loc), time.UnixMicro(end).In(loc),
@@ -361,13 +363,13 @@ func TestExpiryMeansAbsent(t *testing.T) {
 	for _, k := range kinds {
 		for range 200 {
 			p := params(k, 1+rng.Int64N(10), 1000*(1+rng.Int64N(100)))
-			if k == FixedWindow {
-				p.Align = Align(rng.IntN(2))
+			if k == store.FixedWindow {
+				p.Align = store.Align(rng.IntN(2))
 			}
 			var s State
 			now := int64(1_000_000_000)
 			for range 1 + rng.IntN(8) {
-				now += rng.Int64N(p.Window)
+				now += rng.Int64N(win(&p))
 				step(&p, &s, now, 1+rng.Int64N(p.Limit), rng.IntN(4) == 0)
 			}
 			exp := Expiry(&p, &s, now)
@@ -375,7 +377,7 @@ func TestExpiryMeansAbsent(t *testing.T) {
 				t.Fatalf("%v: expiry %d before now %d", k, exp, now)
 			}
 			var fresh State
-			for _, at := range []int64{exp, exp + 1, exp + p.Window} {
+			for _, at := range []int64{exp, exp + 1, exp + win(&p)} {
 				a, b := clone(&s), fresh
 				Normalize(&p, &a, at)
 				Normalize(&p, &b, at)
@@ -401,8 +403,8 @@ func TestTicketLifetimeCoversTheWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, align := range []Align{AlignDay, AlignMonth} {
-			p := Params{Kind: FixedWindow, Limit: 1, Align: align, Loc: loc}
+		for _, align := range []store.Align{store.AlignDay, store.AlignMonth} {
+			p := store.Params{Algorithm: store.FixedWindow, Limit: 1, Align: align, Location: loc}
 			life := TicketLifetime(&p)
 			for d := time.Date(2027, 1, 1, 12, 0, 0, 0, loc); d.Year() == 2027; d = d.AddDate(0, 0, 1) {
 				if start, end := WindowAt(&p, d.UnixMicro()); end-start > life {
@@ -412,9 +414,12 @@ func TestTicketLifetimeCoversTheWindow(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []Kind{FixedWindow, SlidingWindow, TokenBucket, GCRA, Concurrency} {
-		if p := (Params{Kind: k, Window: 90e6}); TicketLifetime(&p) != 90e6 {
+	for _, k := range []store.Algorithm{store.FixedWindow, store.SlidingWindow, store.TokenBucket, store.GCRA, store.Concurrency} {
+		if p := (store.Params{Algorithm: k, Window: us(90e6)}); TicketLifetime(&p) != 90e6 {
 			t.Errorf("%v: ticket lifetime %d, want the window 90e6", k, TicketLifetime(&p))
 		}
 	}
 }
+
+// us is n microseconds.
+func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

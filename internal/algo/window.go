@@ -5,7 +5,7 @@ package algo
 // now and the Buckets-1 before it.
 
 func normSliding(p *Params, s *State, now int64) {
-	width := p.Window / p.Buckets
+	width := win(p) / p.Buckets
 	cur := floorDiv(now, width)
 	if int64(len(s.Ring)) != p.Buckets { // new key, or the rule changed shape
 		if int64(cap(s.Ring)) >= p.Buckets {
@@ -47,7 +47,7 @@ func checkSliding(p *Params, s *State, now, n int64) (ok, never bool, retry int6
 	}
 	// Walk the buckets from the oldest: bucket b leaves the window when bucket
 	// b+Buckets opens.
-	width := p.Window / p.Buckets
+	width := win(p) / p.Buckets
 	sum := s.B
 	for b := s.A - p.Buckets + 1; b <= s.A; b++ {
 		sum -= s.Ring[floorMod(b, p.Buckets)]
@@ -62,7 +62,7 @@ func slidingReset(p *Params, s *State, now int64) int64 {
 	if s.B <= 0 {
 		return 0
 	}
-	width := p.Window / p.Buckets
+	width := win(p) / p.Buckets
 	for b := s.A; b > s.A-p.Buckets; b-- {
 		if s.Ring[floorMod(b, p.Buckets)] != 0 {
 			return (b+p.Buckets)*width - now

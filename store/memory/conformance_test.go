@@ -3,13 +3,13 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) floodgate.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		s := memory.New(nil)
 		t.Cleanup(func() { s.Close() })
 		return s

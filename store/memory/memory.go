@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/algo"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // Options tune a Store. The zero value is ready to use.
@@ -35,7 +35,7 @@ type Options struct {
 // DefaultMaxKeys is the key cap of a Store whose Options leave it 0.
 const DefaultMaxKeys = 1_000_000
 
-// Store is the in-memory implementation of floodgate.Store. It is safe for
+// Store is the in-memory implementation of store.Store. It is safe for
 // concurrent use. Call Close to stop its background sweeper.
 type Store struct {
 	shards  []shard
@@ -49,8 +49,8 @@ type Store struct {
 }
 
 var (
-	_ floodgate.Store     = (*Store)(nil)
-	_ floodgate.InProcess = (*Store)(nil)
+	_ store.Store     = (*Store)(nil)
+	_ store.InProcess = (*Store)(nil)
 )
 
 // entry is one key's slot. The fields a decision reads and writes come
@@ -179,12 +179,12 @@ const maxInline = 8
 
 // Apply applies b atomically: the shards of all its keys are locked, in
 // ascending order, for the whole batch.
-func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
+func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 	if len(b.Ops) == 0 {
 		return nil
 	}
 	now := b.Now.UnixMicro()
-	if len(b.Ops) == 1 && (b.Mode == floodgate.ModeConsume || b.Mode == floodgate.ModePeek) {
+	if len(b.Ops) == 1 && (b.Mode == store.Consume || b.Mode == store.Peek) {
 		s.applyOne(b, now)
 		return nil
 	}
@@ -212,7 +212,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 	}
 	s.lock(locks)
 	var ticketShard *shard
-	if b.Mode == floodgate.ModeRefund && !leasesOnly(b) {
+	if b.Mode == store.Refund && !leasesOnly(b) {
 		// The spent-ticket record lives with the first op's shard, which
 		// is locked; so the check and the refund are one atomic step.
 		ticketShard = &s.shards[shardOf[0]]
@@ -236,7 +236,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 		} else {
 			// A key not held has nothing to reset or refund, and a peek
 			// must not write it (inserting could evict another key).
-			if b.Mode == floodgate.ModeReset || b.Mode == floodgate.ModeRefund || b.Mode == floodgate.ModePeek {
+			if b.Mode == store.Reset || b.Mode == store.Refund || b.Mode == store.Peek {
 				idx = append(idx, -1)
 				continue
 			}
@@ -253,8 +253,8 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 		sh := &s.shards[shardOf[i]]
 		e := &sh.entries[j]
 		e.pin = false
-		p := toAlgo(&b.Ops[i].Params)
-		if b.Mode == floodgate.ModeReset || spent(&p, e, e.wrote, now) {
+		p := &b.Ops[i].Params
+		if b.Mode == store.Reset || spent(p, e, e.wrote, now) {
 			sh.remove(j)
 		}
 	}
@@ -265,7 +265,7 @@ func (s *Store) Apply(_ context.Context, b *floodgate.Batch) error {
 // applyOne is Apply for the most common batch, a consume or peek of one
 // rule: the same steps as the general path without its bookkeeping for
 // several shards and slots.
-func (s *Store) applyOne(b *floodgate.Batch, now int64) {
+func (s *Store) applyOne(b *store.Batch, now int64) {
 	op := &b.Ops[0]
 	h := maphash.String(s.seed, op.Key)
 	sh := &s.shards[s.shardOf(h)]
@@ -280,26 +280,26 @@ func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 	case j >= 0:
 		sh.entries[j].ref = true
 		e = &sh.entries[j]
-	case b.Mode == floodgate.ModePeek:
+	case b.Mode == store.Peek:
 		fresh.st.Reset()
 	default:
 		j = sh.insert(h, op.Scope, op.Key, now)
 		e = &sh.entries[j]
 	}
-	p := toAlgo(&op.Params)
+	p := &op.Params
 	var tmp algo.State
-	v := view(&p, e, &tmp)
-	algo.Normalize(&p, v, now)
-	ok, never, retry := algo.Check(&p, v, now, b.Cost)
-	op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+	v := view(p, e, &tmp)
+	algo.Normalize(p, v, now)
+	ok, never, retry := algo.Check(p, v, now, b.Cost)
+	op.Result = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
 	allowed := ok || op.Shadow
-	charge := b.Mode == floodgate.ModeConsume && ok
+	charge := b.Mode == store.Consume && ok
 	if charge {
-		op.Stamp = algo.Take(&p, v, now, b.Cost, b.Ticket)
+		op.Stamp = algo.Take(p, v, now, b.Cost, b.Ticket)
 	}
-	settle(&p, op, e, v, charge, now)
-	b.Allowed = allowed && b.Mode == floodgate.ModeConsume
-	if j >= 0 && spent(&p, e, charge, now) {
+	settle(p, op, e, v, charge, now)
+	b.Allowed = allowed && b.Mode == store.Consume
+	if j >= 0 && spent(p, e, charge, now) {
 		sh.remove(j)
 	}
 	sh.mu.Unlock()
@@ -308,8 +308,8 @@ func (s *Store) applyOne(b *floodgate.Batch, now int64) {
 // view is the state a decision on e works on: e's own for kinds that
 // normalize by the clock alone, else a copy in tmp that settle keeps only
 // when the decision charges. See package algo.
-func view(p *algo.Params, e *entry, tmp *algo.State) *algo.State {
-	if algo.InPlace(p.Kind) {
+func view(p *store.Params, e *entry, tmp *algo.State) *algo.State {
+	if algo.InPlace(p.Algorithm) {
 		return &e.st
 	}
 	*tmp = e.st
@@ -319,10 +319,10 @@ func view(p *algo.Params, e *entry, tmp *algo.State) *algo.State {
 // settle fills op's remaining and reset from v, the state decided on, and
 // keeps v as e's state when the decision wrote (charged or recorded), with
 // its expiry. A decision that charged nothing leaves e as it was.
-func settle(p *algo.Params, op *floodgate.Op, e *entry, v *algo.State, wrote bool, now int64) {
+func settle(p *store.Params, op *store.Op, e *entry, v *algo.State, wrote bool, now int64) {
 	rem, reset, exp := algo.StatusExpiry(p, v, now)
 	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
-	if wrote || algo.InPlace(p.Kind) {
+	if wrote || algo.InPlace(p.Algorithm) {
 		e.exp = exp
 		if v != &e.st {
 			e.st = *v
@@ -333,8 +333,8 @@ func settle(p *algo.Params, op *floodgate.Op, e *entry, v *algo.State, wrote boo
 // spent reports whether e may be forgotten after a decision at now: its
 // state means nothing held. An expired token bucket that the decision did
 // not write stays: it is full only at the burst of its last write.
-func spent(p *algo.Params, e *entry, wrote bool, now int64) bool {
-	return e.exp <= now && (wrote || !e.st.Live || algo.FixedExpiry(p.Kind))
+func spent(p *store.Params, e *entry, wrote bool, now int64) bool {
+	return e.exp <= now && (wrote || !e.st.Live || algo.FixedExpiry(p.Algorithm))
 }
 
 func (s *Store) lock(locks []int) {
@@ -352,11 +352,11 @@ func (s *Store) unlock(locks []int) {
 // apply runs the algorithms over a batch whose keys are resolved and locked.
 // Each op's parameters are converted where they are used rather than into a
 // scratch array: the conversion is a few moves, the array's zeroing is not.
-func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
+func (s *Store) apply(b *store.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
 	// A peek of a key not held (idx -1) works on a fresh entry of its own.
 	var freshBuf [maxInline]entry
 	var fresh []entry
-	if b.Mode == floodgate.ModePeek {
+	if b.Mode == store.Peek {
 		fresh = freshBuf[:]
 		if len(b.Ops) > maxInline {
 			fresh = make([]entry, len(b.Ops))
@@ -374,7 +374,7 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 		return &s.shards[shardOf[i]].entries[idx[i]]
 	}
 	switch b.Mode {
-	case floodgate.ModeConsume, floodgate.ModePeek:
+	case store.Consume, store.Peek:
 		var tmpBuf [maxInline]algo.State
 		tmp := tmpBuf[:]
 		if len(b.Ops) > maxInline {
@@ -383,96 +383,84 @@ func (s *Store) apply(b *floodgate.Batch, now int64, shardOf []int, idx []int32,
 		allowed := true
 		for i := range b.Ops {
 			op, e := &b.Ops[i], entry(i)
-			p := toAlgo(&op.Params)
-			v := view(&p, e, &tmp[i])
-			algo.Normalize(&p, v, now)
-			ok, never, retry := algo.Check(&p, v, now, b.Cost)
-			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+			p := &op.Params
+			v := view(p, e, &tmp[i])
+			algo.Normalize(p, v, now)
+			ok, never, retry := algo.Check(p, v, now, b.Cost)
+			op.Result = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
 			if !ok && !op.Shadow {
 				allowed = false
 			}
 		}
 		for i := range b.Ops {
 			op, e := &b.Ops[i], entry(i)
-			p := toAlgo(&op.Params)
+			p := &op.Params
 			v := &e.st
-			if !algo.InPlace(p.Kind) {
+			if !algo.InPlace(p.Algorithm) {
 				v = &tmp[i]
 			}
-			charge := b.Mode == floodgate.ModeConsume && allowed && op.Result.Allowed
+			charge := b.Mode == store.Consume && allowed && op.Result.Allowed
 			if charge {
-				op.Stamp = algo.Take(&p, v, now, b.Cost, b.Ticket)
+				op.Stamp = algo.Take(p, v, now, b.Cost, b.Ticket)
 			}
-			settle(&p, op, e, v, charge, now)
+			settle(p, op, e, v, charge, now)
 			e.wrote = charge
 		}
-		b.Allowed = allowed && b.Mode == floodgate.ModeConsume
-	case floodgate.ModeRecord:
+		b.Allowed = allowed && b.Mode == store.Consume
+	case store.Record:
 		for i := range b.Ops {
 			op, e := &b.Ops[i], entry(i)
-			p := toAlgo(&op.Params)
-			algo.Normalize(&p, &e.st, now)
-			op.Stamp = algo.Take(&p, &e.st, now, b.Cost, b.Ticket)
-			ok, never, retry := algo.Check(&p, &e.st, now, 1)
-			op.Result = floodgate.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-			settle(&p, op, e, &e.st, true, now)
+			p := &op.Params
+			algo.Normalize(p, &e.st, now)
+			op.Stamp = algo.Take(p, &e.st, now, b.Cost, b.Ticket)
+			ok, never, retry := algo.Check(p, &e.st, now, 1)
+			op.Result = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+			settle(p, op, e, &e.st, true, now)
 			e.wrote = true
 		}
-	case floodgate.ModeRefund:
+	case store.Refund:
 		var keep int64
 		for i := range b.Ops {
 			op := &b.Ops[i]
-			p := toAlgo(&op.Params)
-			keep = max(keep, algo.TicketLifetime(&p))
+			p := &op.Params
+			keep = max(keep, algo.TicketLifetime(p))
 			if idx[i] < 0 {
 				continue // the key is gone: its window has passed
 			}
 			e := entry(i)
-			if algo.InPlace(p.Kind) {
-				algo.Normalize(&p, &e.st, now)
+			if algo.InPlace(p.Algorithm) {
+				algo.Normalize(p, &e.st, now)
 			}
-			algo.Give(&p, &e.st, now, b.Cost, op.Stamp, b.Ticket)
+			algo.Give(p, &e.st, now, b.Cost, op.Stamp, b.Ticket)
 			// The result reports the key as the refund leaves it, brought
 			// to now on a copy; the stored state and its expiry stay as
 			// they are (the key can only reach "nothing held" sooner).
 			var tmp algo.State
-			v := view(&p, e, &tmp)
-			algo.Normalize(&p, v, now)
-			settle(&p, op, e, v, false, now)
+			v := view(p, e, &tmp)
+			algo.Normalize(p, v, now)
+			settle(p, op, e, v, false, now)
 			e.wrote = false
 		}
 		if ticketShard != nil {
 			ticketShard.spent[b.Ticket] = now + keep
 		}
-	case floodgate.ModeReset:
+	case store.Reset:
 		for i := range b.Ops {
-			b.Ops[i].Result = floodgate.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
+			b.Ops[i].Result = store.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
 		}
 	}
 }
 
 // leasesOnly reports whether every op of b is a Concurrency rule: a refund
 // of leases alone is idempotent and keeps no spent-ticket record (see
-// floodgate.ModeRefund).
-func leasesOnly(b *floodgate.Batch) bool {
+// store.Refund).
+func leasesOnly(b *store.Batch) bool {
 	for i := range b.Ops {
-		if b.Ops[i].Params.Algorithm != floodgate.Concurrency {
+		if b.Ops[i].Params.Algorithm != store.Concurrency {
 			return false
 		}
 	}
 	return true
-}
-
-func toAlgo(p *floodgate.Params) algo.Params {
-	return algo.Params{
-		Kind:    algo.Kind(p.Algorithm),
-		Limit:   p.Limit,
-		Window:  p.Window.Microseconds(),
-		Burst:   p.Burst,
-		Buckets: p.Buckets,
-		Align:   algo.Align(p.Align),
-		Loc:     p.Location,
-	}
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

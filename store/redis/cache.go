@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // denyCache remembers rule keys Redis denied, until the instant the denial
@@ -48,7 +48,7 @@ type denial struct {
 	resetAt int64
 	cost    int64 // the smallest cost known denied
 	rem     int64
-	params  floodgate.Params
+	params  store.Params
 }
 
 func newDenyCache(size int) *denyCache {
@@ -68,15 +68,15 @@ func (c *denyCache) shard(k cacheKey) *denyShard {
 // cacheable reports whether a denial of op may be remembered: an enforced
 // rule whose state only moves towards admitting with time. Concurrency
 // leases are released at any moment, so they are never cached.
-func cacheable(op *floodgate.Op) bool {
-	return !op.Shadow && op.Params.Algorithm != floodgate.Concurrency
+func cacheable(op *store.Op) bool {
+	return !op.Shadow && op.Params.Algorithm != store.Concurrency
 }
 
 // lookup returns the cached denial of op at cost if it still holds at now
 // and answers exactly what Redis would: the same parameters and the same
 // cost (a fixed window denies every cost it cannot fit until the same
 // instant, so any cost from the cached one up to the limit).
-func (c *denyCache) lookup(op *floodgate.Op, cost, now int64) (denial, bool) {
+func (c *denyCache) lookup(op *store.Op, cost, now int64) (denial, bool) {
 	k := cacheKey{op.Scope, op.Key}
 	sh := c.shard(k)
 	sh.mu.Lock()
@@ -85,7 +85,7 @@ func (c *denyCache) lookup(op *floodgate.Op, cost, now int64) (denial, bool) {
 	if !ok || now >= d.until || d.params != op.Params {
 		return denial{}, false
 	}
-	if cost != d.cost && (op.Params.Algorithm != floodgate.FixedWindow || cost < d.cost || cost > op.Params.Limit) {
+	if cost != d.cost && (op.Params.Algorithm != store.FixedWindow || cost < d.cost || cost > op.Params.Limit) {
 		return denial{}, false
 	}
 	return d, true
@@ -103,7 +103,7 @@ const maxLocal = 8
 // rule, a shadow or concurrency rule, another cost) goes to Redis: another
 // rule may deny it for longer. It is never used for peeks or records,
 // which must report true state.
-func (c *denyCache) deny(b *floodgate.Batch, now int64) bool {
+func (c *denyCache) deny(b *store.Batch, now int64) bool {
 	if len(b.Ops) > maxLocal || !cacheable(&b.Ops[0]) {
 		return false
 	}
@@ -121,7 +121,7 @@ func (c *denyCache) deny(b *floodgate.Batch, now int64) bool {
 	for i := range b.Ops {
 		op, d := &b.Ops[i], &ds[i]
 		op.Stamp = 0
-		op.Result = floodgate.Result{
+		op.Result = store.Result{
 			Remaining:  d.rem,
 			RetryAfter: wholeMicros(d.until - now),
 			ResetAfter: wholeMicros(max(d.until, d.resetAt) - now),
@@ -142,7 +142,7 @@ func wholeMicros(ns int64) time.Duration {
 // local time taken before the request was sent, so the cached denial lifts
 // no later than the server's; bound > 0 caps how long (ns) a denial is
 // kept (see ClusterDenyBound).
-func (c *denyCache) learn(b *floodgate.Batch, sent, bound int64) {
+func (c *denyCache) learn(b *store.Batch, sent, bound int64) {
 	for i := range b.Ops {
 		op := &b.Ops[i]
 		r := &op.Result
@@ -177,7 +177,7 @@ func (c *denyCache) learn(b *floodgate.Batch, sent, bound int64) {
 // gaveBack drops the cached denials of the ops at idx, to which a
 // cross-slot compensation gave units back at the local time at (ns), and
 // keeps answers to requests sent before then from teaching them again.
-func (c *denyCache) gaveBack(b *floodgate.Batch, idx []int, at int64) {
+func (c *denyCache) gaveBack(b *store.Batch, idx []int, at int64) {
 	for _, i := range idx {
 		k := cacheKey{b.Ops[i].Scope, b.Ops[i].Key}
 		sh := c.shard(k)
@@ -199,7 +199,7 @@ func (c *denyCache) gaveBack(b *floodgate.Batch, idx []int, at int64) {
 
 // forget drops b's keys: a refund or reset through this store may admit
 // them again before their cached denials would lift.
-func (c *denyCache) forget(b *floodgate.Batch) {
+func (c *denyCache) forget(b *store.Batch) {
 	for i := range b.Ops {
 		k := cacheKey{b.Ops[i].Scope, b.Ops[i].Key}
 		sh := c.shard(k)
@@ -211,10 +211,10 @@ func (c *denyCache) forget(b *floodgate.Batch) {
 
 // leasesOnly reports whether every op of b is a Concurrency rule: a refund
 // of leases alone is idempotent and keeps no spent-ticket record (see
-// floodgate.ModeRefund).
-func leasesOnly(b *floodgate.Batch) bool {
+// store.Refund).
+func leasesOnly(b *store.Batch) bool {
 	for i := range b.Ops {
-		if b.Ops[i].Params.Algorithm != floodgate.Concurrency {
+		if b.Ops[i].Params.Algorithm != store.Concurrency {
 			return false
 		}
 	}

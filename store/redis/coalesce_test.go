@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // TestCoalescedMatchesAlone runs the same random batches (every algorithm
@@ -29,7 +30,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 	}
 	alone, together := open("a:"), open("b:")
 	co := together.run.(*coalescer)
-	shapes := []floodgate.Params{
+	shapes := []store.Params{
 		{Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Second},
 		{Algorithm: floodgate.FixedWindow, Limit: 7, Window: 1500 * time.Millisecond, Align: floodgate.AlignClock},
 		{Algorithm: floodgate.FixedWindow, Limit: 30, Align: floodgate.AlignMonth},
@@ -39,7 +40,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 		{Algorithm: floodgate.Concurrency, Limit: 4, Window: 2 * time.Second},
 	}
 	type done struct {
-		b     *floodgate.Batch
+		b     *store.Batch
 		reply []int64
 	}
 	var admitted []done
@@ -49,9 +50,9 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 	batches := 0
 	for round := range 60 {
 		now = now.Add(time.Duration(rng.IntN(700_000)) * time.Microsecond)
-		var group []*floodgate.Batch
+		var group []*store.Batch
 		for range 1 + rng.IntN(40) {
-			b := &floodgate.Batch{Now: now, Ticket: rng.Uint64() | 1, Cost: 1 + int64(rng.IntN(2))}
+			b := &store.Batch{Now: now, Ticket: rng.Uint64() | 1, Cost: 1 + int64(rng.IntN(2))}
 			switch r := rng.IntN(20); {
 			case r < 12:
 				b.Mode = floodgate.ModeConsume
@@ -60,11 +61,11 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 			case r < 17:
 				b.Mode = floodgate.ModeRecord
 			case r < 19:
-				b.Mode = floodgate.ModeRefund
+				b.Mode = store.Refund
 			default:
-				b.Mode = floodgate.ModeReset
+				b.Mode = store.Reset
 			}
-			if b.Mode == floodgate.ModeRefund {
+			if b.Mode == store.Refund {
 				if len(admitted) == 0 {
 					continue
 				}
@@ -78,7 +79,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 				used := map[string]bool{}
 				for range 1 + rng.IntN(3) {
 					si := rng.IntN(len(shapes))
-					op := floodgate.Op{Scope: fmt.Sprintf("r%d", si), Key: fmt.Sprintf("k%d", rng.IntN(2)), Params: shapes[si], Shadow: rng.IntN(8) == 0}
+					op := store.Op{Scope: fmt.Sprintf("r%d", si), Key: fmt.Sprintf("k%d", rng.IntN(2)), Params: shapes[si], Shadow: rng.IntN(8) == 0}
 					if !used[op.Scope+op.Key] {
 						used[op.Scope+op.Key] = true
 						b.Ops = append(b.Ops, op)
@@ -123,7 +124,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 	t.Logf("%d batches compared, %d admitted consumes", batches, len(admitted))
 }
 
-func opIndexes(b *floodgate.Batch) []int {
+func opIndexes(b *store.Batch) []int {
 	idx := make([]int, len(b.Ops))
 	for i := range idx {
 		idx[i] = i

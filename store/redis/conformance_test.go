@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 	"github.com/floodgate-go/floodgate/storetest"
 )
@@ -16,7 +16,7 @@ import (
 // are tested in fault_test.go.
 type undeadlined struct{ *redis.Store }
 
-func (u undeadlined) Apply(ctx context.Context, b *floodgate.Batch) error {
+func (u undeadlined) Apply(ctx context.Context, b *store.Batch) error {
 	return u.Store.Apply(context.WithoutCancel(ctx), b)
 }
 
@@ -27,7 +27,7 @@ func (u undeadlined) Apply(ctx context.Context, b *floodgate.Batch) error {
 // their per-rule detail is not the model's (cache_test.go covers it).
 func TestConformance(t *testing.T) {
 	srv := redistest.Start(t)
-	storetest.Run(t, func(t *testing.T) floodgate.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		return undeadlined{newStore(t, srv)}
 	})
 }

@@ -110,7 +110,7 @@
 //
 // In Cluster, failure isolation follows the topology: each master has a
 // circuit breaker in the store (Options.NodeBreaker), and a failure is
-// returned as a *floodgate.ConfinedError, which the limiter's own breaker
+// returned as a *store.ConfinedError, which the limiter's own breaker
 // does not count. A lost master costs only the decisions on its keys, which
 // follow the failure policy (or, with a fallback, are answered from memory)
 // until it or its promoted replica answers again. New warns when a master

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -71,8 +71,8 @@ func (f *fallback) up() bool {
 
 // apply runs b on the memory store with every limit divided by the
 // instance count.
-func (f *fallback) apply(b *floodgate.Batch) error {
-	fb := floodgate.Batch{Mode: b.Mode, Now: b.Now, Cost: b.Cost, Ticket: b.Ticket, Ops: make([]floodgate.Op, len(b.Ops))}
+func (f *fallback) apply(b *store.Batch) error {
+	fb := store.Batch{Mode: b.Mode, Now: b.Now, Cost: b.Cost, Ticket: b.Ticket, Ops: make([]store.Op, len(b.Ops))}
 	copy(fb.Ops, b.Ops)
 	for i := range fb.Ops {
 		p := &fb.Ops[i].Params

@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/breaker"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // slotCount is the number of Redis Cluster slots.
@@ -22,7 +23,7 @@ const slotCount = 16384
 
 // Failure isolation in a Cluster follows the topology: each master has its
 // own circuit breaker, found for a call by its slot through the Cluster's
-// slot map, and a failed call's error is a *floodgate.ConfinedError, which
+// slot map, and a failed call's error is a *store.ConfinedError, which
 // the limiter's own breaker does not count. A master that fails (killed,
 // hung, CLUSTERDOWN) thus costs the decisions on its keys, which follow the
 // failure policy, and only those; after its breaker opens they are refused
@@ -91,7 +92,7 @@ func (n *nodes) get(addr string) *node {
 	nd := n.byAddr[addr]
 	if nd == nil {
 		nd = &node{addr: addr, br: breaker.New(n.failures, n.cooldown)}
-		nd.refused = &floodgate.ConfinedError{Part: addr, Err: fmt.Errorf("redis: Cluster node %s: %w", addr, floodgate.ErrBreakerOpen)}
+		nd.refused = &store.ConfinedError{Part: addr, Err: fmt.Errorf("redis: Cluster node %s: %w", addr, floodgate.ErrBreakerOpen)}
 		n.byAddr[addr] = nd
 	}
 	return nd
@@ -136,7 +137,7 @@ func (n *nodes) record(ctx context.Context, g *group, now int64) {
 // confine returns err, the failure of g's call, as a ConfinedError naming
 // its master (or its slot, while the slot map is not known).
 func confine(g *group, err error) error {
-	var ce *floodgate.ConfinedError
+	var ce *store.ConfinedError
 	if errors.As(err, &ce) {
 		return err
 	}
@@ -144,7 +145,7 @@ func confine(g *group, err error) error {
 	if g.node != nil {
 		part = g.node.addr
 	}
-	return &floodgate.ConfinedError{Part: part, Err: err}
+	return &store.ConfinedError{Part: part, Err: err}
 }
 
 // due starts a refresh of the slot map when the periodic one is due.

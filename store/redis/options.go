@@ -3,10 +3,11 @@ package redis
 import (
 	"crypto/tls"
 
-	"github.com/floodgate-go/floodgate"
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/floodgate-go/floodgate"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"

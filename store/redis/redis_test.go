@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
@@ -25,7 +26,7 @@ func newStore(t testing.TB, srv *redistest.Server) *redis.Store {
 var ny, _ = time.LoadLocation("America/New_York")
 
 // shapes are the rule parameter sets the differential test draws from.
-var shapes = []floodgate.Params{
+var shapes = []store.Params{
 	{Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Second},
 	{Algorithm: floodgate.FixedWindow, Limit: 7, Window: 1500 * time.Millisecond, Align: floodgate.AlignClock},
 	{Algorithm: floodgate.FixedWindow, Limit: 20, Align: floodgate.AlignDay, Location: ny},
@@ -42,7 +43,7 @@ var shapes = []floodgate.Params{
 type issued struct {
 	ticket uint64
 	cost   int64
-	ops    []floodgate.Op
+	ops    []store.Op
 }
 
 // TestMatchesMemory drives the memory store and the Redis store with the
@@ -67,7 +68,7 @@ func TestMatchesMemory(t *testing.T) {
 			default:
 				now = now.Add(time.Duration(rng.IntN(30)) * time.Minute)
 			}
-			var b floodgate.Batch
+			var b store.Batch
 			b.Now = now
 			switch r := rng.IntN(20); {
 			case r < 11:
@@ -77,17 +78,17 @@ func TestMatchesMemory(t *testing.T) {
 			case r < 16:
 				b.Mode = floodgate.ModeRecord
 			case r < 19:
-				b.Mode = floodgate.ModeRefund
+				b.Mode = store.Refund
 			default:
-				b.Mode = floodgate.ModeReset
+				b.Mode = store.Reset
 			}
-			if b.Mode == floodgate.ModeRefund {
+			if b.Mode == store.Refund {
 				if len(tickets) == 0 {
 					continue
 				}
 				tk := tickets[rng.IntN(len(tickets))]
 				b.Ticket, b.Cost = tk.ticket, tk.cost
-				b.Ops = append([]floodgate.Op(nil), tk.ops...)
+				b.Ops = append([]store.Op(nil), tk.ops...)
 			} else {
 				b.Cost = 1 + int64(rng.IntN(3))
 				if rng.IntN(8) == 0 {
@@ -99,7 +100,7 @@ func TestMatchesMemory(t *testing.T) {
 				b.Ticket = rng.Uint64() | 1
 				for j, n := 0, 1+rng.IntN(3); j < n; j++ {
 					si := rng.IntN(len(shapes))
-					b.Ops = append(b.Ops, floodgate.Op{
+					b.Ops = append(b.Ops, store.Op{
 						Scope:  fmt.Sprintf("l%d/r%d", seed, si),
 						Key:    fmt.Sprintf("k%d", rng.IntN(3)),
 						Params: shapes[si],
@@ -122,7 +123,7 @@ func TestMatchesMemory(t *testing.T) {
 					denied++
 				}
 			}
-			if b.Mode == floodgate.ModeRefund {
+			if b.Mode == store.Refund {
 				refunds++
 				continue // refund results are not part of the contract
 			}
@@ -131,10 +132,10 @@ func TestMatchesMemory(t *testing.T) {
 					seed, step, b.Mode, b.Cost, now, b.Allowed, results(&b), mb.Allowed, results(mb))
 			}
 			if (b.Mode == floodgate.ModeConsume && b.Allowed) || b.Mode == floodgate.ModeRecord {
-				var ops []floodgate.Op
+				var ops []store.Op
 				for _, op := range b.Ops {
 					if b.Mode == floodgate.ModeRecord || op.Result.Allowed {
-						op.Result = floodgate.Result{}
+						op.Result = store.Result{}
 						ops = append(ops, op)
 					}
 				}
@@ -147,7 +148,7 @@ func TestMatchesMemory(t *testing.T) {
 }
 
 // dedupe keeps one op per scope, as a limiter's batches have.
-func dedupe(b *floodgate.Batch) {
+func dedupe(b *store.Batch) {
 	seen := map[string]bool{}
 	out := b.Ops[:0]
 	for _, op := range b.Ops {
@@ -159,18 +160,18 @@ func dedupe(b *floodgate.Batch) {
 	b.Ops = out
 }
 
-func cloneBatch(b *floodgate.Batch) *floodgate.Batch {
+func cloneBatch(b *store.Batch) *store.Batch {
 	c := *b
-	c.Ops = append([]floodgate.Op(nil), b.Ops...)
+	c.Ops = append([]store.Op(nil), b.Ops...)
 	return &c
 }
 
 type opResult struct {
-	Result floodgate.Result
+	Result store.Result
 	Stamp  int64
 }
 
-func results(b *floodgate.Batch) []opResult {
+func results(b *store.Batch) []opResult {
 	out := make([]opResult, len(b.Ops))
 	for i, op := range b.Ops {
 		out[i] = opResult{op.Result, op.Stamp}

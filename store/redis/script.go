@@ -10,8 +10,8 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/algo"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 //go:embed scripts/apply.lua
@@ -23,7 +23,7 @@ var scriptSHA = func() string {
 	return hex.EncodeToString(sum[:])
 }()
 
-// Script modes: floodgate.Mode values, plus compensate.
+// Script modes: store.Mode values, plus compensate.
 const modeCompensate = 5
 
 // The script's arguments and reply (see scripts/apply.lua).
@@ -62,11 +62,11 @@ const (
 // suffix names each algorithm's state key, so a rule that changes its
 // algorithm never reads another algorithm's state as its own.
 var suffix = [...]string{
-	floodgate.FixedWindow:   ":f",
-	floodgate.SlidingWindow: ":s",
-	floodgate.TokenBucket:   ":t",
-	floodgate.GCRA:          ":g",
-	floodgate.Concurrency:   ":c",
+	store.FixedWindow:   ":f",
+	store.SlidingWindow: ":s",
+	store.TokenBucket:   ":t",
+	store.GCRA:          ":g",
+	store.Concurrency:   ":c",
 }
 
 // limiterOf returns the limiter part of a scope ("limiter/rule"): the tag
@@ -99,26 +99,25 @@ func (s *Store) keyOf(scope, key, sfx string) string {
 }
 
 // stateKey is the key of op's state.
-func (s *Store) stateKey(op *floodgate.Op) string {
+func (s *Store) stateKey(op *store.Op) string {
 	return s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
 }
 
 // calendar reports whether p's windows are calendar days or months.
-func calendar(p *floodgate.Params) bool {
-	return p.Algorithm == floodgate.FixedWindow && (p.Align == floodgate.AlignDay || p.Align == floodgate.AlignMonth)
+func calendar(p *store.Params) bool {
+	return p.Algorithm == store.FixedWindow && (p.Align == store.AlignDay || p.Align == store.AlignMonth)
 }
 
 // calWindow returns the calendar window [start, end) holding t (µs), as
 // algo computes it: the script cannot read time zones.
-func calWindow(p *floodgate.Params, t int64) (start, end int64) {
-	ap := algo.Params{Kind: algo.FixedWindow, Align: algo.Align(p.Align), Loc: p.Location}
-	return algo.WindowAt(&ap, t)
+func calWindow(p *store.Params, t int64) (start, end int64) {
+	return algo.WindowAt(p, t)
 }
 
 // calBounds returns the boundaries of the calendar windows before, at and
 // after t: the script picks the one that holds its clock's reading, so a
 // server clock a window away from ours still finds its window.
-func calBounds(p *floodgate.Params, t int64) [4]int64 {
+func calBounds(p *store.Params, t int64) [4]int64 {
 	s, e := calWindow(p, t)
 	ps, _ := calWindow(p, s-1)
 	_, ne := calWindow(p, e)
@@ -133,19 +132,17 @@ func calBounds(p *floodgate.Params, t int64) [4]int64 {
 // script, and a double is what Lua holds anyway (every number here is an
 // integer below 2^53, so it is exact). Each op sends only the numbers its
 // algorithm and the mode use; the ticket follows in decimal.
-func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
+func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	c.keys = c.keys[:0]
 	blob := make([]byte, 0, 8*(headArgs+(opArgs+1)*len(idx))+20)
 	put := func(v int64) { blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(v))) }
 	var keep int64 // only a refund keeps a spent-ticket record
-	if mode == int(floodgate.ModeRefund) {
+	if mode == int(store.Refund) {
 		for _, i := range idx {
-			p := &b.Ops[i].Params
-			ap := algo.Params{Kind: algo.Kind(p.Algorithm), Align: algo.Align(p.Align), Window: p.Window.Microseconds()}
-			keep = max(keep, algo.TicketLifetime(&ap))
+			keep = max(keep, algo.TicketLifetime(&b.Ops[i].Params))
 		}
 	}
-	refund := mode == int(floodgate.ModeRefund) || mode == modeCompensate
+	refund := mode == int(store.Refund) || mode == modeCompensate
 	put(int64(mode))
 	put(now)
 	put(b.Cost)
@@ -157,7 +154,7 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 		p := &op.Params
 		key := s.stateKey(op)
 		c.keys = append(c.keys, key)
-		if p.Algorithm == floodgate.Concurrency {
+		if p.Algorithm == store.Concurrency {
 			c.keys = append(c.keys, key+"l")
 		}
 		var shadow int64
@@ -175,7 +172,7 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 				put(v)
 			}
 		}
-		if p.Algorithm == floodgate.SlidingWindow {
+		if p.Algorithm == store.SlidingWindow {
 			put(p.Buckets)
 		}
 		if refund {
@@ -186,7 +183,7 @@ func (s *Store) build(c *call, b *floodgate.Batch, idx []int, mode int, now, ref
 			put(stamp)
 		}
 	}
-	if mode == int(floodgate.ModeRefund) {
+	if mode == int(store.Refund) {
 		op := &b.Ops[idx[0]]
 		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
 	}

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
-// Store is the Redis implementation of floodgate.Store. It is safe for
+// Store is the Redis implementation of store.Store. It is safe for
 // concurrent use. It is a remote store: limiters give each call a deadline
 // and a circuit breaker. Call Close when done.
 type Store struct {
@@ -27,7 +27,7 @@ type Store struct {
 	logger    *slog.Logger
 }
 
-var _ floodgate.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // New connects to Redis as opts say (nil for the defaults) and returns the
 // store. Connecting fails fast when no server answers, unless opts has a
@@ -174,7 +174,7 @@ func (s *Store) Close() error {
 // Apply applies b. On a single node (and in Cluster when all of b's keys
 // share a slot) it is one script call, atomic on the server. See the package
 // documentation for batches that span Cluster slots.
-func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
+func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	if len(b.Ops) == 0 {
 		return nil
 	}
@@ -191,19 +191,19 @@ func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
 	b.Allowed = false
 	if s.cache != nil {
 		switch b.Mode {
-		case floodgate.ModeConsume:
+		case store.Consume:
 			// Only consumes are answered from the cache: a peek or a record
 			// must see every rule's true state.
 			if s.cache.deny(b, local) {
 				return nil
 			}
-		case floodgate.ModeRefund, floodgate.ModeReset:
+		case store.Refund, store.Reset:
 			s.cache.forget(b)
 		}
 	}
 	err := s.apply(ctx, b)
 	if err != nil {
-		if ce := (*floodgate.ConfinedError)(nil); s.fb != nil && unreachable(err) && errors.As(err, &ce) {
+		if ce := (*store.ConfinedError)(nil); s.fb != nil && unreachable(err) && errors.As(err, &ce) {
 			// One Cluster master is down: only this decision, whose keys
 			// live there, is answered from memory.
 			return s.fb.apply(b)
@@ -219,7 +219,7 @@ func (s *Store) Apply(ctx context.Context, b *floodgate.Batch) error {
 	if s.fb != nil && s.fb.up() {
 		s.logger.Info("floodgate/redis: Redis reachable again; memory fallback off")
 	}
-	if s.cache != nil && (b.Mode == floodgate.ModeConsume || b.Mode == floodgate.ModePeek) {
+	if s.cache != nil && (b.Mode == store.Consume || b.Mode == store.Peek) {
 		// A peek's denials are exact too, so consumes may learn from them.
 		s.cache.learn(b, local, s.denyBound())
 	}
@@ -237,7 +237,7 @@ func (s *Store) denyBound() int64 {
 
 // localNow is the local clock reading (ns) the over-limit cache and the
 // fallback work with.
-func (s *Store) localNow(b *floodgate.Batch) int64 {
+func (s *Store) localNow(b *store.Batch) int64 {
 	if s.batchTime {
 		return b.Now.UnixNano()
 	}
@@ -291,15 +291,15 @@ type single struct {
 }
 
 // apply runs b on Redis: one call per slot its keys occupy.
-func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
+func (s *Store) apply(ctx context.Context, b *store.Batch) error {
 	now, ref := int64(-1), time.Now().UnixMicro()
 	if s.batchTime {
 		ref = b.Now.UnixMicro()
 		now = ref
 	}
 	mode := int(b.Mode)
-	if b.Mode == floodgate.ModeRefund && leasesOnly(b) {
-		mode = modeCompensate // idempotent: no spent-ticket record (see floodgate.ModeRefund)
+	if b.Mode == store.Refund && leasesOnly(b) {
+		mode = modeCompensate // idempotent: no spent-ticket record (see store.Refund)
 	}
 	if !s.run.cluster() {
 		one := &single{}
@@ -318,24 +318,24 @@ func (s *Store) apply(ctx context.Context, b *floodgate.Batch) error {
 	}
 	gs := s.groups(b)
 	if err := s.exec(ctx, b, gs, make([]*call, len(gs)), mode, now, ref, nil); err != nil {
-		if b.Mode == floodgate.ModeConsume {
+		if b.Mode == store.Consume {
 			s.compensate(ctx, b, gs, now, ref)
 		}
 		return err
 	}
-	b.Allowed = b.Mode == floodgate.ModeConsume
+	b.Allowed = b.Mode == store.Consume
 	for _, g := range gs {
 		b.Allowed = b.Allowed && g.c.reply[0] == 1
 		s.results(b, g, false)
 	}
-	if b.Mode == floodgate.ModeConsume && !b.Allowed && len(gs) > 1 {
+	if b.Mode == store.Consume && !b.Allowed && len(gs) > 1 {
 		s.compensate(ctx, b, gs, now, ref)
 	}
 	return nil
 }
 
 // groups splits b's ops by Cluster slot, in order of first appearance.
-func (s *Store) groups(b *floodgate.Batch) []*group {
+func (s *Store) groups(b *store.Batch) []*group {
 	var gs []*group
 	var slots []uint16
 	for i := range b.Ops {
@@ -357,9 +357,9 @@ func (s *Store) groups(b *floodgate.Batch) []*group {
 // group. A group whose script could not find the calendar window holding
 // the server's time is run again with windows computed around that time.
 // In Cluster, a group whose master's breaker is open is not sent, and every
-// failure is a *floodgate.ConfinedError (see nodes). The first error is
+// failure is a *store.ConfinedError (see nodes). The first error is
 // returned; groups that succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *floodgate.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
+func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
 	var local int64 // the breakers' clock
 	nodes := s.guard()
 	if nodes != nil {
@@ -422,7 +422,7 @@ func (s *Store) guard() *nodes {
 
 // results copies a group's reply into its ops. With statusOnly, only the
 // remaining units and reset time are taken (a compensation's reply).
-func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
+func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
 	r := g.c.reply[2:]
 	for j, i := range g.idx {
 		v := r[j*replyPerOp : (j+1)*replyPerOp]
@@ -432,8 +432,8 @@ func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
 			op.Stamp = 0
 			continue
 		}
-		if b.Mode == floodgate.ModeRefund || b.Mode == floodgate.ModeReset {
-			if b.Mode == floodgate.ModeReset {
+		if b.Mode == store.Refund || b.Mode == store.Reset {
+			if b.Mode == store.Reset {
 				op.Result.Allowed = true
 			}
 			continue
@@ -441,7 +441,7 @@ func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
 		st := v[replyStatus]
 		op.Result.Allowed = st == statusAdmitted || st == statusCharged
 		op.Result.Never, op.Result.RetryAfter = st == statusNever, micros(v[replyRetry])
-		if b.Mode == floodgate.ModeRecord || st == statusCharged {
+		if b.Mode == store.Record || st == statusCharged {
 			op.Stamp = v[replyStamp]
 		}
 	}
@@ -450,7 +450,7 @@ func (s *Store) results(b *floodgate.Batch, g *group, statusOnly bool) {
 // compensate gives back what the groups of a cross-slot consume took when
 // the batch as a whole was denied (or failed). A compensation that cannot
 // be applied leaves the units charged: stricter, never looser.
-func (s *Store) compensate(ctx context.Context, b *floodgate.Batch, gs []*group, now, ref int64) {
+func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now, ref int64) {
 	stamps := make([]int64, len(b.Ops))
 	var back []*group
 	for _, g := range gs {

@@ -1,4 +1,9 @@
-package floodgate
+// Package store is the port between floodgate's limiters and the stores
+// that hold rule state: the Store interface, the Batch a limiter hands it,
+// and the algorithm parameters a store evaluates (Params, Algorithm, Align).
+// Store implementations (store/memory, store/redis) depend on this package
+// alone; users of floodgate do not need it.
+package store
 
 import (
 	"context"
@@ -8,10 +13,10 @@ import (
 // Store holds rule state and applies whole decisions to it atomically.
 //
 // A store receives every applicable rule of a decision in one Batch and must
-// apply it as one atomic step: for ModeConsume, either every enforced rule
+// apply it as one atomic step: for Consume, either every enforced rule
 // (Shadow false) admits and every admitting rule is charged, or nothing is
 // charged at all. Both stores of this module pass the conformance suite in
-// package storetest, which is the executable form of this contract.
+// package floodgate/storetest, which is the executable form of this contract.
 //
 // Apply returns an error only when the store could not answer (unreachable,
 // timed out, context done); a denial is a result in the batch. It must return
@@ -31,23 +36,23 @@ type InProcess interface {
 type Mode uint8
 
 const (
-	// ModeConsume checks every rule at the batch cost and charges them all
+	// Consume checks every rule at the batch cost and charges them all
 	// when every enforced rule admits.
-	ModeConsume Mode = iota
-	// ModePeek checks every rule at the batch cost and charges nothing.
-	ModePeek
-	// ModeRecord charges every rule without checking (post-flight usage);
+	Consume Mode = iota
+	// Peek checks every rule at the batch cost and charges nothing.
+	Peek
+	// Record charges every rule without checking (post-flight usage);
 	// the results then describe a peek at cost 1.
-	ModeRecord
-	// ModeRefund gives back the units of ticket Batch.Ticket, once: each
+	Record
+	// Refund gives back the units of ticket Batch.Ticket, once: each
 	// Op carries the rule and the stamp it was charged at. Releasing a
 	// Concurrency lease (by the ticket's id) is idempotent, so a refund
 	// whose ops are all Concurrency neither checks nor records the ticket
-	// as spent: releasing a decision's leases (Decision.LeaseTicket)
+	// as spent: releasing a decision's leases (a decision's lease ticket)
 	// leaves the rest of its ticket refundable.
-	ModeRefund
-	// ModeReset forgets the state of every Op's key.
-	ModeReset
+	Refund
+	// Reset forgets the state of every Op's key.
+	Reset
 )
 
 var modeNames = [...]string{"consume", "peek", "record", "refund", "reset"}
@@ -68,14 +73,14 @@ type Batch struct {
 	Now time.Time
 	// Cost is the units asked for (>= 1 for consume and peek, >= 0 for record).
 	Cost int64
-	// Ticket identifies the decision: for ModeConsume and ModeRecord it is
-	// the lease id for Concurrency rules; for ModeRefund it is the ticket
+	// Ticket identifies the decision: for Consume and Record it is
+	// the lease id for Concurrency rules; for Refund it is the ticket
 	// being refunded, which a store must refund at most once.
 	Ticket uint64
 	// Ops are the applicable rules, in the limiter's rule order.
 	Ops []Op
 
-	// Allowed is set by ModeConsume: true when every enforced rule admitted
+	// Allowed is set by Consume: true when every enforced rule admitted
 	// and the batch was charged.
 	Allowed bool
 }
@@ -91,8 +96,8 @@ type Op struct {
 	Params Params
 	// Shadow ops are evaluated but never deny the batch.
 	Shadow bool
-	// Stamp is an output of ModeConsume (the window or bucket the units were
-	// counted in) and an input of ModeRefund.
+	// Stamp is an output of Consume (the window or bucket the units were
+	// counted in) and an input of Refund.
 	Stamp int64
 
 	// Result is the rule's answer.
