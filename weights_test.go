@@ -41,29 +41,6 @@ func TestWeightsCost(t *testing.T) {
 	}
 }
 
-func TestOnly(t *testing.T) {
-	g := newGW(t, memoryStore, gwStart)
-	a := g.route("a", 5, 100)
-	if _, err := a.Limiter.Only(); err == nil {
-		t.Error("Only() with no rule names succeeded")
-	}
-	if _, err := a.Limiter.Only("tpm", "nope"); err == nil || !strings.Contains(err.Error(), `no rule "nope"`) {
-		t.Errorf("Only with an unknown rule: %v", err)
-	}
-	tokens, err := a.Limiter.Only("tpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := tokens.Name(); got != "a" {
-		t.Errorf("view name %q, want a", got)
-	}
-	if _, err := tokens.Record(g.ctx, a.Attrs, 40); err != nil {
-		t.Fatal(err)
-	}
-	// The view's record moved the limiter's tpm rule and not its rpm rule.
-	g.wantLeft(a.Limiter, a.Attrs, map[string]int64{"rpm": 5, "tpm": 60})
-}
-
 // keyLimiter is an API key's admission limiter: requests and tokens per
 // minute.
 func (g *gw) keyLimiter(rpm, tpm int64) (*floodgate.Limiter, *floodgate.Limiter) {
