@@ -1,0 +1,42 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// A budget is a spend limit in cost units (money, weighted tokens) over a
+// long window: a calendar day or month in a time zone, or a rolling span.
+// It is an ordinary rule, used in two steps: a read-only Peek before the
+// work (it never counts) and a Record of the actual cost after it. A budget
+// that is spent denies the next Peek until its window rolls (calendar
+// budgets) or enough spend ages out (rolling ones), with that exact
+// RetryAfter. When the store cannot be read, the limiter's failure policy
+// decides the Peek like any other decision: FailClosed denies, FailOpen
+// admits, both with Reason store; the budget never reads as unspent.
+//
+// The helpers below build such rules; put them in a limiter of their own,
+// so that admission decisions (which consume) do not charge them.
+
+// DailyBudget returns a rule that holds each key (the attributes named by
+// key, joined) to limit cost units per calendar day in loc (nil means UTC).
+// The day runs from midnight to midnight in loc, so it lasts 23 or 25 hours
+// across a daylight-saving change.
+func DailyBudget(name string, limit int64, loc *time.Location, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: floodgate.FixedWindow, Limit: limit, Align: floodgate.AlignDay, Location: loc, Key: key}
+}
+
+// MonthlyBudget returns a rule that holds each key to limit cost units per
+// calendar month in loc (nil means UTC), from midnight on the first of the
+// month to midnight on the first of the next.
+func MonthlyBudget(name string, limit int64, loc *time.Location, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: floodgate.FixedWindow, Limit: limit, Align: floodgate.AlignMonth, Location: loc, Key: key}
+}
+
+// RollingBudget returns a rule that holds each key to limit cost units in
+// any span of window, counted in 60 buckets (or the largest count under 60
+// that divides window), so spend ages out a bucket at a time.
+func RollingBudget(name string, limit int64, window time.Duration, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: floodgate.SlidingWindow, Limit: limit, Window: window, Key: key}
+}
