@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 )
 
 // MaxFileSize is the largest configuration file Load reads.
@@ -43,7 +44,7 @@ type Config struct {
 	Limiters []Limiter
 	// TokenClasses price the token classes that POST /v1/record's usage
 	// counts, in cost units per token; nil when none are configured.
-	TokenClasses floodgate.Weights
+	TokenClasses gateway.Weights
 	// RemovedLimiters name the limiters a hot reload may drop. A reload
 	// that would remove a serving limiter not named here is refused, so
 	// that a file read half written cannot take limiters from their
