@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -44,7 +45,7 @@ type Config struct {
 	Limiters []Limiter
 	// TokenClasses price the token classes that POST /v1/record's usage
 	// counts, in cost units per token; nil when none are configured.
-	TokenClasses floodgate.Weights
+	TokenClasses gateway.Weights
 	// RemovedLimiters name the limiters a hot reload may drop. A reload
 	// that would remove a serving limiter not named here is refused, so
 	// that a file read half written cannot take limiters from their
@@ -158,9 +159,9 @@ func (l *Limiter) Options(opts floodgate.Options) floodgate.Options {
 
 // New builds the limiter on store. opts supplies what configuration does
 // not hold (observer, logger, clock); Options fills in the rest.
-func (l *Limiter) New(store store.Store, opts floodgate.Options) (*floodgate.Limiter, error) {
+func (l *Limiter) New(st store.Store, opts floodgate.Options) (*floodgate.Limiter, error) {
 	o := l.Options(opts)
-	return floodgate.New(l.Name, store, l.Rules, &o)
+	return floodgate.New(l.Name, st, l.Rules, &o)
 }
 
 // Load reads and validates the configuration file at path. Errors are an

@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 )
 
 // Route is a named, ordered list of candidates that POST /v1/select
@@ -34,12 +35,12 @@ type Candidate struct {
 
 // tokenClasses decodes token_classes: a mapping of class name to a whole
 // weight of at least 0.
-func (d *decoder) tokenClasses(n *yaml.Node, path string) floodgate.Weights {
+func (d *decoder) tokenClasses(n *yaml.Node, path string) gateway.Weights {
 	f := d.mapping(n, path)
 	if f == nil {
 		return nil
 	}
-	w := make(floodgate.Weights, len(f))
+	w := make(gateway.Weights, len(f))
 	for _, class := range orderedKeys(d.resolve(n)) {
 		v := f[class]
 		p := yamlnode.Join(path, class)

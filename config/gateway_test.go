@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 )
 
 // TestGatewaySections reads token classes, token rules and routes, with a
@@ -15,7 +16,7 @@ func TestGatewaySections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.TokenClasses, (floodgate.Weights{"input": 1, "output": 3, "cached_input": 0}); !reflect.DeepEqual(got, want) {
+	if got, want := c.TokenClasses, (gateway.Weights{"input": 1, "output": 3, "cached_input": 0}); !reflect.DeepEqual(got, want) {
 		t.Errorf("token classes = %v, want %v", got, want)
 	}
 	for i, l := range c.Limiters {

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strings"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/gateway"
 )
 
 // maxCandidates bounds the candidates of one POST /v1/select.
@@ -21,11 +23,11 @@ const (
 	selectExhausted = "exhausted" // nothing capped, nothing left: every candidate was excluded
 )
 
-// gateway is what a configuration's gateway sections (token_classes,
+// gatewaySet is what a configuration's gateway sections (token_classes,
 // limiters[].token_rules, routes) give the service, built with its
 // limiters and swapped with them.
-type gateway struct {
-	weights floodgate.Weights
+type gatewaySet struct {
+	weights gateway.Weights
 	routes  map[string][]candidate
 	// tokens maps a limiter's name to the view of it holding its token
 	// rules alone (Limiter.Only); a limiter absent from it records usage
@@ -41,11 +43,11 @@ type candidate struct {
 }
 
 // buildGateway resolves c's gateway sections against the limiters of set.
-func buildGateway(c *config.Config, set *limiterSet) (*gateway, error) {
+func buildGateway(c *config.Config, set *limiterSet) (*gatewaySet, error) {
 	if err := c.TokenClasses.Validate(); err != nil {
 		return nil, err
 	}
-	gw := &gateway{
+	gw := &gatewaySet{
 		weights: c.TokenClasses,
 		routes:  make(map[string][]candidate, len(c.Routes)),
 		tokens:  make(map[string]*floodgate.Limiter),
@@ -198,7 +200,7 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 		}
 		excluded[name] = true
 	}
-	cands := make([]floodgate.Candidate, 0, len(list))
+	cands := make([]gateway.Candidate, 0, len(list))
 	index := make([]int, 0, len(list)) // position in list of each of cands
 	for i, c := range list {
 		if excluded[c.name] {
@@ -210,7 +212,7 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 			maps.Copy(attrs, req.Attributes)
 			maps.Copy(attrs, c.attrs)
 		}
-		fc := floodgate.Candidate{Name: c.name, Limiter: c.limiter, Attrs: attrs, Cost: 1}
+		fc := gateway.Candidate{Name: c.name, Limiter: c.limiter, Attrs: attrs, Cost: 1}
 		if costs != nil {
 			fc.Cost = costs[i]
 		}
@@ -218,7 +220,7 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 		index = append(index, i)
 	}
 
-	sel := floodgate.Select(r.Context(), cands)
+	sel := gateway.Select(r.Context(), cands)
 	out := selectResponse{
 		Allowed: sel.Allowed, Index: -1, RetryAfterMS: millis(sel.RetryAfter), Never: sel.Never,
 		Capped: sel.Capped, Skipped: make([]skippedResponse, 0, sel.Capped),
@@ -307,7 +309,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 		if len(set.gateway.weights) == 0 {
 			return badRequest("usage: no token_classes are configured; record a cost instead")
 		}
-		c, err := set.gateway.weights.Cost(floodgate.Usage(req.Usage))
+		c, err := set.gateway.weights.Cost(gateway.Usage(req.Usage))
 		if err != nil {
 			return badRequest("usage: " + trimPrefix(err))
 		}
@@ -333,7 +335,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	// Recorded usage outlives the request: a client that hangs up must not
 	// leave it unrecorded.
-	d, err := l.Settle(context.WithoutCancel(r.Context()), t, floodgate.Attributes(req.Attributes), cost)
+	d, err := gateway.Settle(context.WithoutCancel(r.Context()), l, t, floodgate.Attributes(req.Attributes), cost)
 	if err != nil {
 		return badRequest(err.Error())
 	}
@@ -341,12 +343,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 	return nil
 }
 
-// trimPrefix drops the library's "floodgate: " from err's message.
+// trimPrefix drops the gateway package's "gateway: " from err's message.
 func trimPrefix(err error) string {
-	const p = "floodgate: "
-	msg := err.Error()
-	if len(msg) > len(p) && msg[:len(p)] == p {
-		return msg[len(p):]
-	}
-	return msg
+	return strings.TrimPrefix(err.Error(), "gateway: ")
 }

@@ -148,7 +148,7 @@ type limiterSet struct {
 	config  *config.Config
 	byName  map[string]*floodgate.Limiter
 	names   []string // sorted
-	gateway *gateway
+	gateway *gatewaySet
 	// maxRules is the most rules a limiter has: the most keys a ticket
 	// holds.
 	maxRules int

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -24,7 +25,7 @@ var (
 
 	// weights price the token classes: an output token costs three input
 	// tokens.
-	weights = floodgate.Weights{"input": 1, "output": 3}
+	weights = gateway.Weights{"input": 1, "output": 3}
 
 	keyRPM, keyTPM     int64 = 10, 80 // per API key, per minute
 	primaryRPM         int64 = 3      // per route, per minute
@@ -47,15 +48,15 @@ func perMinute(name string, limit int64, key ...string) floodgate.Rule {
 // route is one upstream model behind the gateway.
 type route struct {
 	model  *model
-	cand   floodgate.Candidate // its caps: rpm and tpm
-	tokens *floodgate.Limiter  // its tpm rule alone, for recording tokens
+	cand   gateway.Candidate  // its caps: rpm and tpm
+	tokens *floodgate.Limiter // its tpm rule alone, for recording tokens
 }
 
-// gateway is an LLM gateway: it authenticates API keys, checks the
+// llmGateway is an LLM gateway: it authenticates API keys, checks the
 // tenant's monthly budget, limits each key's requests and tokens per
 // minute, answers repeated prompts from its cache, and otherwise sends the
 // prompt to the first route with room, failing over when a route fails.
-type gateway struct {
+type llmGateway struct {
 	keys      *floodgate.Limiter // key-rpm and key-tpm
 	keyTokens *floodgate.Limiter // key-tpm alone
 	budget    *floodgate.Limiter // monthly budget per tenant
@@ -68,14 +69,14 @@ type gateway struct {
 
 // newGateway builds the gateway's limiters over store, reading clock, in
 // front of models (in order of preference).
-func newGateway(store store.Store, clock floodgate.Clock, models []*model) (*gateway, error) {
+func newGateway(st store.Store, clock floodgate.Clock, models []*model) (*llmGateway, error) {
 	zone, err := time.LoadLocation(budgetZone)
 	if err != nil {
 		return nil, err
 	}
 	opts := &floodgate.Options{Clock: clock}
-	g := &gateway{client: &http.Client{Timeout: upstreamTimeout}, cache: map[string]modelResponse{}}
-	if g.keys, err = floodgate.New("keys", store, []floodgate.Rule{
+	g := &llmGateway{client: &http.Client{Timeout: upstreamTimeout}, cache: map[string]modelResponse{}}
+	if g.keys, err = floodgate.New("keys", st, []floodgate.Rule{
 		perMinute("key-rpm", keyRPM, "key"),
 		perMinute("key-tpm", keyTPM, "key"),
 	}, opts); err != nil {
@@ -84,15 +85,15 @@ func newGateway(store store.Store, clock floodgate.Clock, models []*model) (*gat
 	if g.keyTokens, err = g.keys.Only("key-tpm"); err != nil {
 		return nil, err
 	}
-	budget := floodgate.MonthlyBudget("monthly", monthlyBudget, zone, "tenant")
+	budget := gateway.MonthlyBudget("monthly", monthlyBudget, zone, "tenant")
 	budget.Overrides = []floodgate.Override{{Match: floodgate.Attributes{"tenant": "bob"}, Limit: bobBudget}}
 	// A budget that cannot be read refuses: spend is not left unguarded.
-	if g.budget, err = floodgate.New("budget", store, []floodgate.Rule{budget},
+	if g.budget, err = floodgate.New("budget", st, []floodgate.Rule{budget},
 		&floodgate.Options{Clock: clock, FailurePolicy: floodgate.FailClosed}); err != nil {
 		return nil, err
 	}
 	for i, m := range models {
-		l, err := floodgate.New("route-"+m.name, store, []floodgate.Rule{
+		l, err := floodgate.New("route-"+m.name, st, []floodgate.Rule{
 			perMinute("rpm", upstreamRPMs[i], "route"),
 			perMinute("tpm", routeTPM, "route"),
 		}, opts)
@@ -105,7 +106,7 @@ func newGateway(store store.Store, clock floodgate.Clock, models []*model) (*gat
 		}
 		g.routes = append(g.routes, &route{
 			model:  m,
-			cand:   floodgate.Candidate{Name: m.name, Limiter: l, Attrs: floodgate.Attributes{"route": m.name}},
+			cand:   gateway.Candidate{Name: m.name, Limiter: l, Attrs: floodgate.Attributes{"route": m.name}},
 			tokens: tokens,
 		})
 	}
@@ -113,7 +114,7 @@ func newGateway(store store.Store, clock floodgate.Clock, models []*model) (*gat
 }
 
 // handler returns the gateway's routes.
-func (g *gateway) handler() http.Handler {
+func (g *llmGateway) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/complete", g.complete)
 	mux.HandleFunc("GET /v1/usage", g.usage)
@@ -138,7 +139,7 @@ type completion struct {
 
 // complete serves POST /v1/complete: {"prompt": "..."} with an API key in
 // "Authorization: Bearer".
-func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
+func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key, tenant, ok := authenticate(r)
 	if !ok {
@@ -164,6 +165,7 @@ func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
 	// 2. The key's requests and tokens per minute: one decision that
 	// counts the request (and holds one token unit until it is settled).
 	kd := g.keys.Allow(ctx, keyAttrs)
+	kt := kd.Ticket() // refunds or settles the admission
 	if !kd.Allowed {
 		writeProblem(w, http.StatusTooManyRequests, "Rate limited", fmt.Sprintf("API key over its %s limit of %d a minute", kd.Rule, kd.Limit), kd.RetryAfter)
 		return
@@ -176,7 +178,7 @@ func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 	out := completion{Cached: cached}
 	var served *route
-	var sel floodgate.Selection
+	var sel gateway.Selection
 	if !cached {
 		var status int
 		var problem string
@@ -184,7 +186,7 @@ func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
 		out.Skipped, out.FailedOver = describe(sel)
 		if served == nil {
 			// Nothing was served: give the key its request back.
-			g.keys.Refund(ctx, kd.Ticket())
+			g.keys.Refund(ctx, kt)
 			writeProblem(w, status, http.StatusText(status), problem, sel.RetryAfter)
 			return
 		}
@@ -200,9 +202,9 @@ func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadGateway, "Bad upstream answer", err.Error(), 0)
 		return
 	}
-	td, _ := g.keyTokens.Settle(ctx, kd.Ticket(), keyAttrs, cost)
+	td, _ := gateway.Settle(ctx, g.keyTokens, kt, keyAttrs, cost)
 	if served != nil {
-		served.tokens.Settle(ctx, sel.Decision.Ticket(), served.cand.Attrs, cost)
+		gateway.Settle(ctx, served.tokens, sel.Ticket(), served.cand.Attrs, cost)
 	}
 	bd, _ := g.budget.Record(ctx, keyAttrs, cost)
 	out.Text, out.Usage, out.Cost = resp.Text, resp.Usage, cost
@@ -213,12 +215,12 @@ func (g *gateway) complete(w http.ResponseWriter, r *http.Request) {
 // forward sends req to the first route with room, failing over to the next
 // when one fails. It returns the route that answered, or nil with the
 // status and detail of the failure.
-func (g *gateway) forward(ctx context.Context, req completionRequest) (*route, modelResponse, floodgate.Selection, int, string) {
-	cands := make([]floodgate.Candidate, len(g.routes))
+func (g *llmGateway) forward(ctx context.Context, req completionRequest) (*route, modelResponse, gateway.Selection, int, string) {
+	cands := make([]gateway.Candidate, len(g.routes))
 	for i, rt := range g.routes {
 		cands[i] = rt.cand
 	}
-	sel := floodgate.NewSelector(cands)
+	sel := gateway.NewSelector(cands)
 	for {
 		at, ok := sel.Next(ctx)
 		if !ok {
@@ -239,7 +241,7 @@ func (g *gateway) forward(ctx context.Context, req completionRequest) (*route, m
 }
 
 // call sends req to model m.
-func (g *gateway) call(ctx context.Context, m *model, req completionRequest) (modelResponse, error) {
+func (g *llmGateway) call(ctx context.Context, m *model, req completionRequest) (modelResponse, error) {
 	body, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, m.url+"/v1/complete", bytes.NewReader(body))
 	if err != nil {
@@ -263,7 +265,7 @@ func (g *gateway) call(ctx context.Context, m *model, req completionRequest) (mo
 
 // describe lists the routes a selection skipped (with the caps they hit)
 // and those it tried that failed.
-func describe(sel floodgate.Selection) (skipped, failed []string) {
+func describe(sel gateway.Selection) (skipped, failed []string) {
 	for _, a := range sel.Attempts {
 		switch {
 		case !a.Admitted():
@@ -290,7 +292,7 @@ type routeReport struct {
 
 // usage serves GET /v1/usage: what the caller's key, its tenant's budget
 // and the routes have left, read without counting anything.
-func (g *gateway) usage(w http.ResponseWriter, r *http.Request) {
+func (g *llmGateway) usage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key, tenant, ok := authenticate(r)
 	if !ok {
@@ -318,7 +320,7 @@ func (g *gateway) usage(w http.ResponseWriter, r *http.Request) {
 // admin serves POST /admin/upstreams/{name}/fail and .../recover: it makes
 // a fake model fail, or answer again. (A real gateway has no such thing;
 // here it shows failover.)
-func (g *gateway) admin(w http.ResponseWriter, r *http.Request) {
+func (g *llmGateway) admin(w http.ResponseWriter, r *http.Request) {
 	name, action := r.PathValue("name"), r.PathValue("action")
 	for _, rt := range g.routes {
 		if rt.model.name != name {

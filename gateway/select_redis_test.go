@@ -1,9 +1,9 @@
-package floodgate_test
+package gateway_test
 
 import (
 	"testing"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
@@ -55,13 +55,13 @@ func TestSelectRedisCommands(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Close() })
 			g := newGW(t, func(*testing.T) store.Store { return s }, gwStart)
-			routes := []floodgate.Candidate{g.route("a", 1, 1), g.route("b", 1, 1), g.route("c", 10, 100)}
-			floodgate.Select(g.ctx, routes[:1]) // a spent
-			floodgate.Select(g.ctx, routes[1:2])
-			floodgate.Select(g.ctx, routes[:2]) // b spent; the cache learns both caps of both
+			routes := []gateway.Candidate{g.route("a", 1, 1), g.route("b", 1, 1), g.route("c", 10, 100)}
+			gateway.Select(g.ctx, routes[:1]) // a spent
+			gateway.Select(g.ctx, routes[1:2])
+			gateway.Select(g.ctx, routes[:2]) // b spent; the cache learns both caps of both
 
 			before := scripts()
-			sel := floodgate.Select(g.ctx, routes)
+			sel := gateway.Select(g.ctx, routes)
 			if !sel.Allowed || sel.Name != "c" {
 				t.Fatalf("selection %+v, want c", sel)
 			}
@@ -70,7 +70,7 @@ func TestSelectRedisCommands(t *testing.T) {
 			}
 			tokens, _ := routes[2].Limiter.Only("tpm")
 			before = scripts()
-			tokens.Settle(g.ctx, sel.Decision.Ticket(), routes[2].Attrs, 11)
+			gateway.Settle(g.ctx, tokens, sel.Ticket(), routes[2].Attrs, 11)
 			if got := scripts() - before; got != 1 {
 				t.Errorf("settling ran %d scripts, want 1", got)
 			}

@@ -1,4 +1,4 @@
-package floodgate_test
+package gateway_test
 
 import (
 	"context"
@@ -7,38 +7,43 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
+// The examples run on a manual clock so that their output is exact; a real
+// limiter leaves Options.Clock nil and reads the system clock.
+var exampleStart = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+
 // exampleRoute returns a candidate for an upstream route with a
 // requests-per-minute and a tokens-per-minute cap, sliding windows in 1 s
 // buckets.
-func exampleRoute(store store.Store, clock floodgate.Clock, name string, rpm, tpm int64) floodgate.Candidate {
-	l, err := floodgate.New(name, store, []floodgate.Rule{
+func exampleRoute(st store.Store, clock floodgate.Clock, name string, rpm, tpm int64) gateway.Candidate {
+	l, err := floodgate.New(name, st, []floodgate.Rule{
 		{Name: "rpm", Algorithm: floodgate.SlidingWindow, Limit: rpm, Window: time.Minute, Key: []string{"route"}},
 		{Name: "tpm", Algorithm: floodgate.SlidingWindow, Limit: tpm, Window: time.Minute, Key: []string{"route"}},
 	}, &floodgate.Options{Clock: clock})
 	if err != nil {
 		panic(err)
 	}
-	return floodgate.Candidate{Name: name, Limiter: l, Attrs: floodgate.Attributes{"route": name}}
+	return gateway.Candidate{Name: name, Limiter: l, Attrs: floodgate.Attributes{"route": name}}
 }
 
 // Routes are tried in order; a capped route is skipped without being
 // charged, and when every route is capped the answer carries the earliest
 // retry-after among them.
 func ExampleSelect() {
-	store := memory.New(nil)
-	defer store.Close()
+	st := memory.New(nil)
+	defer st.Close()
 	clock := floodgate.NewManualClock(exampleStart)
-	routes := []floodgate.Candidate{
-		exampleRoute(store, clock, "primary", 2, 100_000),
-		exampleRoute(store, clock, "backup", 1, 100_000),
+	routes := []gateway.Candidate{
+		exampleRoute(st, clock, "primary", 2, 100_000),
+		exampleRoute(st, clock, "backup", 1, 100_000),
 	}
 	ctx := context.Background()
 	for range 4 {
-		sel := floodgate.Select(ctx, routes)
+		sel := gateway.Select(ctx, routes)
 		if sel.Allowed {
 			fmt.Printf("%s (skipped %d)\n", sel.Name, sel.Capped)
 		} else {
@@ -56,11 +61,11 @@ func ExampleSelect() {
 // A Selector fails over: an attempt that failed upstream is reported and the
 // next route is tried. The failed attempt was sent, so it stays counted.
 func ExampleSelector() {
-	store := memory.New(nil)
-	defer store.Close()
+	st := memory.New(nil)
+	defer st.Close()
 	clock := floodgate.NewManualClock(exampleStart)
-	primary := exampleRoute(store, clock, "primary", 10, 100_000)
-	backup := exampleRoute(store, clock, "backup", 10, 100_000)
+	primary := exampleRoute(st, clock, "primary", 10, 100_000)
+	backup := exampleRoute(st, clock, "backup", 10, 100_000)
 	call := func(route string) error {
 		if route == "primary" {
 			return errors.New("503 overloaded")
@@ -69,7 +74,7 @@ func ExampleSelector() {
 	}
 
 	ctx := context.Background()
-	sel := floodgate.NewSelector([]floodgate.Candidate{primary, backup})
+	sel := gateway.NewSelector([]gateway.Candidate{primary, backup})
 	for {
 		at, ok := sel.Next(ctx)
 		if !ok {
@@ -85,8 +90,8 @@ func ExampleSelector() {
 		break
 	}
 	res := sel.Result()
-	d, _ := primary.Limiter.Peek(ctx, primary.Attrs, 1)
-	fmt.Printf("sent %d, failed %d; primary has %d requests left\n", res.Sent, res.Failed, d.Rules()[0].Remaining)
+	d, _ := primary.Limiter.Peek(ctx, primary.Attrs, 1) // its rule with the fewest left: rpm
+	fmt.Printf("sent %d, failed %d; primary has %d requests left\n", res.Sent, res.Failed, d.Remaining)
 	// Output:
 	// primary failed: 503 overloaded
 	// served by backup
@@ -96,48 +101,49 @@ func ExampleSelector() {
 // Tokens are known only after the response. Choosing the route charged one
 // unit to its token cap; Settle records the rest of the weighted cost into
 // the token cap alone, so it ends up charged exactly the cost.
-func ExampleLimiter_Settle() {
-	store := memory.New(nil)
-	defer store.Close()
-	route := exampleRoute(store, floodgate.NewManualClock(exampleStart), "primary", 60, 100)
+func ExampleSettle() {
+	st := memory.New(nil)
+	defer st.Close()
+	route := exampleRoute(st, floodgate.NewManualClock(exampleStart), "primary", 60, 100)
 	tokens, err := route.Limiter.Only("tpm")
 	if err != nil {
 		panic(err)
 	}
-	weights := floodgate.Weights{"input": 1, "output": 3}
-
-	ctx := context.Background()
-	sel := floodgate.Select(ctx, []floodgate.Candidate{route})
-	cost, err := weights.Cost(floodgate.Usage{"input": 2, "output": 3})
+	requests, err := route.Limiter.Only("rpm")
 	if err != nil {
 		panic(err)
 	}
-	d, _ := tokens.Settle(ctx, sel.Decision.Ticket(), route.Attrs, cost)
-	fmt.Printf("cost %d; tokens left %d\n", cost, d.Remaining)
-	p, _ := route.Limiter.Peek(ctx, route.Attrs, 1)
-	for _, r := range p.Rules() {
-		fmt.Printf("%s: %d left\n", r.Name, r.Remaining)
+	weights := gateway.Weights{"input": 1, "output": 3}
+
+	ctx := context.Background()
+	sel := gateway.Select(ctx, []gateway.Candidate{route})
+	cost, err := weights.Cost(gateway.Usage{"input": 2, "output": 3})
+	if err != nil {
+		panic(err)
 	}
+	d, _ := gateway.Settle(ctx, tokens, sel.Ticket(), route.Attrs, cost)
+	fmt.Printf("cost %d; tokens left %d\n", cost, d.Remaining)
+	p, _ := requests.Peek(ctx, route.Attrs, 1)
+	fmt.Printf("requests left %d\n", p.Remaining)
 	// Output:
 	// cost 11; tokens left 89
-	// rpm: 59 left
-	// tpm: 89 left
+	// requests left 59
 }
 
 // A monthly budget in a time zone: checked read-only before the work,
 // recorded after it, and refused until the month ends in that zone once it
 // is spent.
 func ExampleMonthlyBudget() {
-	store := memory.New(nil)
-	defer store.Close()
+	st := memory.New(nil)
+	defer st.Close()
 	ny, err := time.LoadLocation("America/New_York")
 	if err != nil {
 		panic(err)
 	}
 	// 23:00 on January 31 in New York (04:00 UTC on February 1).
 	clock := floodgate.NewManualClock(time.Date(2026, 1, 31, 23, 0, 0, 0, ny))
-	budget, err := floodgate.New("spend", store, []floodgate.Rule{
-		floodgate.MonthlyBudget("monthly", 1000, ny, "tenant"),
+	budget, err := floodgate.New("spend", st, []floodgate.Rule{
+		gateway.MonthlyBudget("monthly", 1000, ny, "tenant"),
 	}, &floodgate.Options{Clock: clock, FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		panic(err)

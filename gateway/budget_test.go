@@ -1,4 +1,4 @@
-package floodgate_test
+package gateway_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -23,7 +24,7 @@ func mustLoad(t testing.TB, name string) *time.Location {
 func testBudgetCheck(t *testing.T, newStore newStoreFunc) {
 	ny := mustLoad(t, "America/New_York")
 	g := newGW(t, newStore, gwStart) // 2026-03-02 05:00 in New York
-	budget := g.limiter("spend", floodgate.FailClosed, floodgate.MonthlyBudget("monthly", 1000, ny, "key"))
+	budget := g.limiter("spend", floodgate.FailClosed, gateway.MonthlyBudget("monthly", 1000, ny, "key"))
 	acme := floodgate.Attributes{"key": "acme"}
 
 	// Checks are read-only: however many, nothing is spent.
@@ -76,8 +77,8 @@ func TestBudgetReadFailure(t *testing.T) {
 	for _, policy := range []floodgate.FailurePolicy{floodgate.FailClosed, floodgate.FailOpen} {
 		t.Run(policy.String(), func(t *testing.T) {
 			g := newGW(t, memoryStore, gwStart)
-			store := peekFailStore{g.store}
-			budget, err := floodgate.New("spend", store, []floodgate.Rule{floodgate.DailyBudget("daily", 100, nil, "key")},
+			st := peekFailStore{g.st}
+			budget, err := floodgate.New("spend", st, []floodgate.Rule{gateway.DailyBudget("daily", 100, nil, "key")},
 				&floodgate.Options{Clock: g.clock, FailurePolicy: policy, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
@@ -109,7 +110,7 @@ func TestBudgetReadFailure(t *testing.T) {
 				}
 			}
 			// The spend recorded before the failure is still there.
-			direct, _ := floodgate.New("spend", g.store, []floodgate.Rule{floodgate.DailyBudget("daily", 100, nil, "key")},
+			direct, _ := floodgate.New("spend", g.st, []floodgate.Rule{gateway.DailyBudget("daily", 100, nil, "key")},
 				&floodgate.Options{Clock: g.clock})
 			if d, _ := direct.Peek(g.ctx, acme, 1); d.Allowed || d.Reason != floodgate.ReasonLimit {
 				t.Errorf("the spent budget reads %+v", d)
@@ -127,21 +128,21 @@ func testCalendarBudgets(t *testing.T, newStore newStoreFunc) {
 		at   time.Time
 		want time.Duration // until the window holding at ends
 	}{
-		{"month end UTC", floodgate.MonthlyBudget("b", 10, nil, "k"), time.Date(2027, 1, 31, 23, 59, 30, 0, time.UTC), 30 * time.Second},
+		{"month end UTC", gateway.MonthlyBudget("b", 10, nil, "k"), time.Date(2027, 1, 31, 23, 59, 30, 0, time.UTC), 30 * time.Second},
 		// 04:00 UTC on Feb 1 is still January in New York.
-		{"month end New York", floodgate.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 1, 31, 23, 0, 0, 0, ny), time.Hour},
-		{"year end New York", floodgate.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 12, 31, 23, 0, 0, 0, ny), time.Hour},
-		{"February 2027", floodgate.MonthlyBudget("b", 10, nil, "k"), time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), 28 * day},
-		{"February 2028 (leap)", floodgate.MonthlyBudget("b", 10, berlin, "k"), time.Date(2028, 2, 1, 0, 0, 0, 0, berlin), 29 * day},
-		{"Feb 28 2028 rolls to the leap day", floodgate.DailyBudget("b", 10, berlin, "k"), time.Date(2028, 2, 28, 18, 0, 0, 0, berlin), 6 * time.Hour},
-		{"leap day", floodgate.DailyBudget("b", 10, berlin, "k"), time.Date(2028, 2, 29, 12, 0, 0, 0, berlin), 12 * time.Hour},
-		{"spring forward New York (23h day)", floodgate.DailyBudget("b", 10, ny, "k"), time.Date(2026, 3, 8, 0, 0, 0, 0, ny), 23 * time.Hour},
-		{"fall back New York (25h day)", floodgate.DailyBudget("b", 10, ny, "k"), time.Date(2026, 11, 1, 0, 30, 0, 0, ny), 24*time.Hour + 30*time.Minute},
-		{"spring forward Berlin (23h day)", floodgate.DailyBudget("b", 10, berlin, "k"), time.Date(2026, 3, 29, 0, 0, 0, 0, berlin), 23 * time.Hour},
-		{"fall back Berlin (25h day)", floodgate.DailyBudget("b", 10, berlin, "k"), time.Date(2026, 10, 25, 0, 0, 0, 0, berlin), 25 * time.Hour},
-		{"March New York loses an hour", floodgate.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 3, 1, 0, 0, 0, 0, ny), 31*day - time.Hour},
-		{"October Berlin gains an hour", floodgate.MonthlyBudget("b", 10, berlin, "k"), time.Date(2026, 10, 1, 0, 0, 0, 0, berlin), 31*day + time.Hour},
-		{"November New York month end", floodgate.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 11, 30, 23, 59, 59, 0, ny), time.Second},
+		{"month end New York", gateway.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 1, 31, 23, 0, 0, 0, ny), time.Hour},
+		{"year end New York", gateway.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 12, 31, 23, 0, 0, 0, ny), time.Hour},
+		{"February 2027", gateway.MonthlyBudget("b", 10, nil, "k"), time.Date(2027, 2, 1, 0, 0, 0, 0, time.UTC), 28 * day},
+		{"February 2028 (leap)", gateway.MonthlyBudget("b", 10, berlin, "k"), time.Date(2028, 2, 1, 0, 0, 0, 0, berlin), 29 * day},
+		{"Feb 28 2028 rolls to the leap day", gateway.DailyBudget("b", 10, berlin, "k"), time.Date(2028, 2, 28, 18, 0, 0, 0, berlin), 6 * time.Hour},
+		{"leap day", gateway.DailyBudget("b", 10, berlin, "k"), time.Date(2028, 2, 29, 12, 0, 0, 0, berlin), 12 * time.Hour},
+		{"spring forward New York (23h day)", gateway.DailyBudget("b", 10, ny, "k"), time.Date(2026, 3, 8, 0, 0, 0, 0, ny), 23 * time.Hour},
+		{"fall back New York (25h day)", gateway.DailyBudget("b", 10, ny, "k"), time.Date(2026, 11, 1, 0, 30, 0, 0, ny), 24*time.Hour + 30*time.Minute},
+		{"spring forward Berlin (23h day)", gateway.DailyBudget("b", 10, berlin, "k"), time.Date(2026, 3, 29, 0, 0, 0, 0, berlin), 23 * time.Hour},
+		{"fall back Berlin (25h day)", gateway.DailyBudget("b", 10, berlin, "k"), time.Date(2026, 10, 25, 0, 0, 0, 0, berlin), 25 * time.Hour},
+		{"March New York loses an hour", gateway.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 3, 1, 0, 0, 0, 0, ny), 31*day - time.Hour},
+		{"October Berlin gains an hour", gateway.MonthlyBudget("b", 10, berlin, "k"), time.Date(2026, 10, 1, 0, 0, 0, 0, berlin), 31*day + time.Hour},
+		{"November New York month end", gateway.MonthlyBudget("b", 10, ny, "k"), time.Date(2026, 11, 30, 23, 59, 59, 0, ny), time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGW(t, newStore, tt.at)
@@ -170,7 +171,7 @@ func testCalendarBudgets(t *testing.T, newStore newStoreFunc) {
 
 func testRollingBudget(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
-	budget := g.limiter("rolling", floodgate.FailClosed, floodgate.RollingBudget("day", 100, 24*time.Hour, "k"))
+	budget := g.limiter("rolling", floodgate.FailClosed, gateway.RollingBudget("day", 100, 24*time.Hour, "k"))
 	k := floodgate.Attributes{"k": "tenant"}
 	budget.Record(g.ctx, k, 50)
 	g.clock.Advance(30 * time.Minute)

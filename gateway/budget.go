@@ -1,6 +1,10 @@
-package floodgate
+package gateway
 
-import "time"
+import (
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
 
 // A budget is a spend limit in cost units (money, weighted tokens) over a
 // long window: a calendar day or month in a time zone, or a rolling span.
@@ -19,20 +23,20 @@ import "time"
 // key, joined) to limit cost units per calendar day in loc (nil means UTC).
 // The day runs from midnight to midnight in loc, so it lasts 23 or 25 hours
 // across a daylight-saving change.
-func DailyBudget(name string, limit int64, loc *time.Location, key ...string) Rule {
-	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Align: AlignDay, Location: loc, Key: key}
+func DailyBudget(name string, limit int64, loc *time.Location, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: floodgate.FixedWindow, Limit: limit, Align: floodgate.AlignDay, Location: loc, Key: key}
 }
 
 // MonthlyBudget returns a rule that holds each key to limit cost units per
 // calendar month in loc (nil means UTC), from midnight on the first of the
 // month to midnight on the first of the next.
-func MonthlyBudget(name string, limit int64, loc *time.Location, key ...string) Rule {
-	return Rule{Name: name, Algorithm: FixedWindow, Limit: limit, Align: AlignMonth, Location: loc, Key: key}
+func MonthlyBudget(name string, limit int64, loc *time.Location, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: floodgate.FixedWindow, Limit: limit, Align: floodgate.AlignMonth, Location: loc, Key: key}
 }
 
 // RollingBudget returns a rule that holds each key to limit cost units in
 // any span of window, counted in 60 buckets (or the largest count under 60
 // that divides window), so spend ages out a bucket at a time.
-func RollingBudget(name string, limit int64, window time.Duration, key ...string) Rule {
-	return Rule{Name: name, Algorithm: SlidingWindow, Limit: limit, Window: window, Key: key}
+func RollingBudget(name string, limit int64, window time.Duration, key ...string) floodgate.Rule {
+	return floodgate.Rule{Name: name, Algorithm: floodgate.SlidingWindow, Limit: limit, Window: window, Key: key}
 }

@@ -1,4 +1,4 @@
-package floodgate_test
+package gateway_test
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
 // The gateway tests run as one suite over a store factory: TestGateway runs
-// it on the memory store, TestGatewayRedis (gateway_redis_test.go) on a
+// it on the memory store, TestGatewayRedis (select_redis_test.go) on a
 // real Redis.
 
 // newStoreFunc returns a fresh store for one test, whose state no other test
@@ -33,18 +34,18 @@ func TestGateway(t *testing.T) { runGateway(t, memoryStore) }
 // gw is one gateway test's world: a store and a manual clock.
 type gw struct {
 	t     *testing.T
-	store store.Store
+	st    store.Store
 	clock *floodgate.ManualClock
 	ctx   context.Context
 }
 
 func newGW(t *testing.T, newStore newStoreFunc, start time.Time) *gw {
-	return &gw{t: t, store: newStore(t), clock: floodgate.NewManualClock(start), ctx: context.Background()}
+	return &gw{t: t, st: newStore(t), clock: floodgate.NewManualClock(start), ctx: context.Background()}
 }
 
 func (g *gw) limiter(name string, policy floodgate.FailurePolicy, rules ...floodgate.Rule) *floodgate.Limiter {
 	g.t.Helper()
-	l, err := floodgate.New(name, g.store, rules, &floodgate.Options{
+	l, err := floodgate.New(name, g.st, rules, &floodgate.Options{
 		Clock: g.clock, FailurePolicy: policy, Logger: slog.New(slog.DiscardHandler),
 		Timeout: 10 * time.Second, // a busy test machine must not fail Redis calls
 	})
@@ -62,9 +63,9 @@ func perMinute(name string, limit int64, attr string) floodgate.Rule {
 
 // route returns a route limiter with an RPM and a TPM cap, and the
 // candidate for it.
-func (g *gw) route(name string, rpm, tpm int64) floodgate.Candidate {
+func (g *gw) route(name string, rpm, tpm int64) gateway.Candidate {
 	l := g.limiter(name, floodgate.FailOpen, perMinute("rpm", rpm, "route"), perMinute("tpm", tpm, "route"))
-	return floodgate.Candidate{Name: name, Limiter: l, Attrs: floodgate.Attributes{"route": name}}
+	return gateway.Candidate{Name: name, Limiter: l, Attrs: floodgate.Attributes{"route": name}}
 }
 
 // left returns what each rule of l has left for attrs, by peeks that charge
@@ -86,11 +87,16 @@ func (g *gw) left(l *floodgate.Limiter, attrs floodgate.Attributes) map[string]i
 		if d.Reason == floodgate.ReasonStore {
 			g.t.Fatalf("peek %s: store failed: %v", l.Name(), d.Err)
 		}
-		for _, rd := range d.Rules() {
-			out[rd.Name] = rd.Remaining
-		}
+		out[r.Name] = d.Remaining
 	}
 	return out
+}
+
+// admit is an admission on l, as an API key's is: the decision and the
+// ticket that settles it.
+func (g *gw) admit(l *floodgate.Limiter, attrs floodgate.Attributes) (floodgate.Decision, floodgate.Ticket) {
+	d := l.Allow(g.ctx, attrs)
+	return d, d.Ticket()
 }
 
 func (g *gw) wantLeft(l *floodgate.Limiter, attrs floodgate.Attributes, want map[string]int64) {
@@ -122,11 +128,11 @@ var gwStart = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC)
 func testSelectSkipsCapped(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
 	a, b := g.route("a", 2, 1000), g.route("b", 5, 1000)
-	routes := []floodgate.Candidate{a, b}
+	routes := []gateway.Candidate{a, b}
 
 	var got []string
 	for range 4 {
-		sel := floodgate.Select(g.ctx, routes)
+		sel := gateway.Select(g.ctx, routes)
 		if !sel.Allowed {
 			t.Fatalf("selection denied: %+v", sel)
 		}
@@ -140,7 +146,7 @@ func testSelectSkipsCapped(t *testing.T, newStore newStoreFunc) {
 	// a is at its RPM cap: the selections that skipped it left its
 	// counters where they were.
 	g.wantLeft(a.Limiter, a.Attrs, map[string]int64{"rpm": 0, "tpm": 998})
-	sel := floodgate.Select(g.ctx, routes)
+	sel := gateway.Select(g.ctx, routes)
 	if !sel.Allowed || sel.Name != "b" || sel.Capped != 1 {
 		t.Fatalf("got %+v, want b after a capped", sel)
 	}
@@ -158,10 +164,10 @@ func testSelectAllCapped(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
 	a := g.route("a", 1, 1000)
 	b := g.route("b", 10, 5)
-	routes := []floodgate.Candidate{a, b}
+	routes := []gateway.Candidate{a, b}
 
 	// a's one request at 0s; b's tokens spent at 10s.
-	if sel := floodgate.Select(g.ctx, routes); sel.Name != "a" {
+	if sel := gateway.Select(g.ctx, routes); sel.Name != "a" {
 		t.Fatalf("first selection %+v, want a", sel)
 	}
 	g.clock.Advance(10 * time.Second)
@@ -175,7 +181,7 @@ func testSelectAllCapped(t *testing.T, newStore newStoreFunc) {
 	g.clock.Advance(10 * time.Second) // now 20s
 
 	before := [2]map[string]int64{g.left(a.Limiter, a.Attrs), g.left(b.Limiter, b.Attrs)}
-	sel := floodgate.Select(g.ctx, routes)
+	sel := gateway.Select(g.ctx, routes)
 	if sel.Allowed || sel.Capped != 2 || sel.Sent != 0 {
 		t.Fatalf("got %+v, want every route capped", sel)
 	}
@@ -198,26 +204,26 @@ func testSelectAllCapped(t *testing.T, newStore newStoreFunc) {
 
 	// The retry-after is exact: a microsecond early is still denied.
 	g.clock.Advance(sel.RetryAfter - time.Microsecond)
-	if sel := floodgate.Select(g.ctx, routes); sel.Allowed {
+	if sel := gateway.Select(g.ctx, routes); sel.Allowed {
 		t.Fatalf("admitted %s a microsecond before the retry-after", sel.Name)
 	}
 	g.clock.Advance(time.Microsecond)
-	if sel := floodgate.Select(g.ctx, routes); !sel.Allowed || sel.Name != "a" {
+	if sel := gateway.Select(g.ctx, routes); !sel.Allowed || sel.Name != "a" {
 		t.Fatalf("at the retry-after: %+v, want a", sel)
 	}
 }
 
 func testSelectConcurrent(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
-	routes := []floodgate.Candidate{g.route("a", 5, 1000), g.route("b", 7, 1000)}
+	routes := []gateway.Candidate{g.route("a", 5, 1000), g.route("b", 7, 1000)}
 	const callers = 40
-	results := make(chan floodgate.Selection, callers)
+	results := make(chan gateway.Selection, callers)
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results <- floodgate.Select(g.ctx, routes)
+			results <- gateway.Select(g.ctx, routes)
 		}()
 	}
 	wg.Wait()
@@ -242,7 +248,7 @@ var errUpstream = errors.New("upstream: 503 overloaded")
 func testSelectFailover(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
 	a, b, c := g.route("a", 3, 1000), g.route("b", 3, 1000), g.route("c", 3, 1000)
-	sel := floodgate.NewSelector([]floodgate.Candidate{a, b, c})
+	sel := gateway.NewSelector([]gateway.Candidate{a, b, c})
 
 	at, ok := sel.Next(g.ctx)
 	if !ok || at.Name != "a" || !at.Admitted() {
@@ -259,6 +265,14 @@ func testSelectFailover(t *testing.T, newStore newStoreFunc) {
 	}
 	if !errors.Is(res.Attempts[0].Err, errUpstream) {
 		t.Errorf("a's error %v, want %v", res.Attempts[0].Err, errUpstream)
+	}
+	// The ticket that settles the selection is b's; a's attempt keeps its
+	// own.
+	if tk := res.Ticket(); !tk.Valid() || tk.Limiter != "b" {
+		t.Errorf("the selection's ticket %+v, want b's", tk)
+	}
+	if tk := res.Attempts[0].Ticket(); !tk.Valid() || tk.Limiter != "a" {
+		t.Errorf("a's ticket %+v", tk)
 	}
 	// The failed attempt was sent, so it counts against a's cap; c was
 	// never tried.
@@ -280,54 +294,59 @@ func testSelectFailover(t *testing.T, newStore newStoreFunc) {
 	if res.Allowed || res.Sent != 3 || res.Failed != 3 || res.Capped != 0 || res.RetryAfter != 0 || res.Never {
 		t.Fatalf("all failed: %+v", res)
 	}
+	if res.Ticket().Valid() {
+		t.Error("a selection that admitted nothing has a ticket")
+	}
 }
 
 func testSelectStoreFailure(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
 	down := &downStore{}
-	mk := func(name string, p floodgate.FailurePolicy) floodgate.Candidate {
+	mk := func(name string, p floodgate.FailurePolicy) gateway.Candidate {
 		l, err := floodgate.New(name, down, []floodgate.Rule{perMinute("rpm", 10, "route")},
 			&floodgate.Options{Clock: g.clock, FailurePolicy: p, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return floodgate.Candidate{Name: name, Limiter: l, Attrs: floodgate.Attributes{"route": name}}
+		return gateway.Candidate{Name: name, Limiter: l, Attrs: floodgate.Attributes{"route": name}}
 	}
 	healthy := g.route("healthy", 10, 1000)
 
-	sel := floodgate.Select(g.ctx, []floodgate.Candidate{mk("closed", floodgate.FailClosed), healthy})
+	sel := gateway.Select(g.ctx, []gateway.Candidate{mk("closed", floodgate.FailClosed), healthy})
 	if !sel.Allowed || sel.Name != "healthy" || sel.Capped != 1 {
 		t.Fatalf("fail-closed route not skipped: %+v", sel)
 	}
 	if d := sel.Attempts[0].Decision; d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, errStoreDown) {
 		t.Errorf("fail-closed attempt: reason %v err %v", d.Reason, d.Err)
 	}
-	sel = floodgate.Select(g.ctx, []floodgate.Candidate{mk("open", floodgate.FailOpen), healthy})
+	sel = gateway.Select(g.ctx, []gateway.Candidate{mk("open", floodgate.FailOpen), healthy})
 	if !sel.Allowed || sel.Name != "open" || sel.Decision.Reason != floodgate.ReasonStore {
 		t.Fatalf("fail-open route not admitted by policy: %+v", sel)
 	}
 	// Every route fail-closed: denied with the policy's retry-after.
-	sel = floodgate.Select(g.ctx, []floodgate.Candidate{mk("closed2", floodgate.FailClosed)})
+	sel = gateway.Select(g.ctx, []gateway.Candidate{mk("closed2", floodgate.FailClosed)})
 	if sel.Allowed || sel.RetryAfter < time.Second {
 		t.Fatalf("all fail-closed: %+v", sel)
 	}
 }
 
 func TestSelectorZero(t *testing.T) {
-	var sel floodgate.Selector
+	var sel gateway.Selector
 	sel.Failed(errUpstream) // nothing to mark
 	if _, ok := sel.Next(context.Background()); ok {
 		t.Fatal("the zero Selector returned a candidate")
 	}
-	if res := sel.Result(); res.Allowed || res.Index != -1 || res.Capped != 0 || res.RetryAfter != 0 {
+	if res := sel.Result(); res.Allowed || res.Index != -1 || res.Capped != 0 || res.RetryAfter != 0 || res.Ticket().Valid() {
 		t.Fatalf("the zero Selector's result: %+v", res)
 	}
 	// A candidate without a limiter has no caps.
-	res := floodgate.Select(context.Background(), []floodgate.Candidate{{Name: "free"}})
+	res := gateway.Select(context.Background(), []gateway.Candidate{{Name: "free"}})
 	if !res.Allowed || res.Name != "free" {
 		t.Fatalf("uncapped candidate: %+v", res)
 	}
 }
+
+var errStoreDown = errors.New("test store: connection refused")
 
 // downStore is a store that cannot be reached.
 type downStore struct{}
@@ -340,14 +359,14 @@ func BenchmarkSelect(b *testing.B) {
 	t := &testing.T{}
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	defer s.Close()
-	g := &gw{t: t, store: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
+	g := &gw{t: t, st: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
 	capped := g.route("capped", 1, 1<<40)
 	open := g.route("open", 1<<40, 1<<40)
-	floodgate.Select(g.ctx, []floodgate.Candidate{capped})
-	routes := []floodgate.Candidate{capped, open}
+	gateway.Select(g.ctx, []gateway.Candidate{capped})
+	routes := []gateway.Candidate{capped, open}
 	b.ReportAllocs()
 	for b.Loop() {
-		if sel := floodgate.Select(g.ctx, routes); sel.Name != "open" {
+		if sel := gateway.Select(g.ctx, routes); sel.Name != "open" {
 			b.Fatal(sel.Name)
 		}
 	}
@@ -358,15 +377,15 @@ func BenchmarkSelect(b *testing.B) {
 func BenchmarkSettle(b *testing.B) {
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	defer s.Close()
-	g := &gw{t: &testing.T{}, store: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
+	g := &gw{t: &testing.T{}, st: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
 	r := g.route("r", 1<<40, 1<<40)
 	tokens, _ := r.Limiter.Only("tpm")
-	ticket := floodgate.Select(g.ctx, []floodgate.Candidate{r}).Decision.Ticket()
-	weights := floodgate.Weights{"input": 1, "output": 3}
-	usage := floodgate.Usage{"input": 2, "output": 3}
+	ticket := gateway.Select(g.ctx, []gateway.Candidate{r}).Ticket()
+	weights := gateway.Weights{"input": 1, "output": 3}
+	usage := gateway.Usage{"input": 2, "output": 3}
 	b.ReportAllocs()
 	for b.Loop() {
 		cost, _ := weights.Cost(usage)
-		tokens.Settle(g.ctx, ticket, r.Attrs, cost)
+		gateway.Settle(g.ctx, tokens, ticket, r.Attrs, cost)
 	}
 }

@@ -1,8 +1,10 @@
-package floodgate
+package gateway
 
 import (
 	"context"
 	"time"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // Candidate is one option a Selector may choose, such as an upstream route
@@ -16,9 +18,9 @@ type Candidate struct {
 	Name string
 	// Limiter holds the candidate's caps. A nil Limiter has no caps and is
 	// always admitted.
-	Limiter *Limiter
+	Limiter *floodgate.Limiter
 	// Attrs are the request attributes the candidate's rules key on.
-	Attrs Attributes
+	Attrs floodgate.Attributes
 	// Cost is the units asked of every rule of Limiter; 0 means 1.
 	Cost int64
 }
@@ -32,7 +34,7 @@ type Attempt struct {
 	// Decision is the candidate limiter's decision. When it is admitted the
 	// attempt was counted and handed to the caller; when it is denied the
 	// candidate was skipped and none of its counters moved.
-	Decision Decision
+	Decision floodgate.Decision
 	// Caps names the candidate's rules that refused it (empty when it was
 	// admitted, or refused by a store failure under FailClosed).
 	Caps []string
@@ -43,6 +45,41 @@ type Attempt struct {
 
 // Admitted reports whether the attempt was admitted (and so counted).
 func (a *Attempt) Admitted() bool { return a.Decision.Allowed }
+
+// Ticket returns what settling (Settle) or refunding the attempt's
+// admission needs: the zero Ticket when it was not admitted or charged
+// nothing.
+func (a *Attempt) Ticket() floodgate.Ticket { return a.Decision.Ticket() }
+
+// decide decides on candidate c, the i-th, counting it when it is admitted.
+// It is the one place the Selector asks a limiter for a decision and reads
+// the decision's per-rule results.
+func decide(ctx context.Context, i int, c *Candidate) Attempt {
+	a := Attempt{Index: i, Name: c.Name}
+	if c.Limiter == nil {
+		a.Decision.Allowed = true
+		return a
+	}
+	cost := c.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	d, err := c.Limiter.AllowN(ctx, c.Attrs, cost)
+	if err != nil {
+		// Only a negative cost fails AllowN: a misuse, reported as a
+		// refusal that can never be retried.
+		d = floodgate.Decision{Reason: floodgate.ReasonLimit, Never: true, Err: err}
+	}
+	a.Decision = d
+	if !d.Allowed {
+		for _, r := range a.Decision.Rules() {
+			if !r.Allowed && !r.Shadow {
+				a.Caps = append(a.Caps, r.Name)
+			}
+		}
+	}
+	return a
+}
 
 // Selector chooses among ordered candidates: each call to Next admits the
 // next candidate whose caps all have room, skipping (and not charging) the
@@ -67,35 +104,16 @@ func NewSelector(candidates []Candidate) *Selector {
 
 // Next decides on the candidates after the last one it returned, in order,
 // and returns the first that is admitted, counted against its caps. The
-// Attempt is valid until the next call to Next. It returns false when no candidate is left; Result then says why (the
-// earliest retry-after among the capped ones). A store failure is decided
-// by each candidate limiter's failure policy: FailOpen admits, FailClosed
-// skips the candidate.
+// Attempt is valid until the next call to Next. It returns false when no
+// candidate is left; Result then says why (the earliest retry-after among
+// the capped ones). A store failure is decided by each candidate limiter's
+// failure policy: FailOpen admits, FailClosed skips the candidate.
 func (s *Selector) Next(ctx context.Context) (*Attempt, bool) {
 	s.current = 0
 	for s.next < len(s.candidates) {
 		i := s.next
 		s.next++
-		c := &s.candidates[i]
-		a := Attempt{Index: i, Name: c.Name}
-		if c.Limiter == nil {
-			a.Decision.Allowed = true
-		} else {
-			cost := c.Cost
-			if cost == 0 {
-				cost = 1
-			}
-			d, err := c.Limiter.AllowN(ctx, c.Attrs, cost)
-			if err != nil {
-				// Only a negative cost fails AllowN: a misuse, reported
-				// as a refusal that can never be retried.
-				d = Decision{Reason: ReasonLimit, Never: true, Err: err}
-			}
-			a.Decision = d
-			if !d.Allowed {
-				a.Caps = denyingRules(&a.Decision)
-			}
-		}
+		a := decide(ctx, i, &s.candidates[i])
 		s.attempts = append(s.attempts, a)
 		if a.Decision.Allowed {
 			s.current = len(s.attempts)
@@ -120,7 +138,7 @@ func (s *Selector) Attempts() []Attempt { return s.attempts }
 
 // Result summarises the selection so far.
 func (s *Selector) Result() Selection {
-	sel := Selection{Index: -1, Attempts: s.attempts}
+	sel := Selection{Index: -1, Attempts: s.attempts, admitted: s.current}
 	if s.current > 0 {
 		a := &s.attempts[s.current-1]
 		sel.Allowed, sel.Index, sel.Name, sel.Decision = true, a.Index, a.Name, a.Decision
@@ -159,7 +177,7 @@ type Selection struct {
 	Allowed  bool
 	Index    int // -1 when none
 	Name     string
-	Decision Decision
+	Decision floodgate.Decision
 	// Sent counts the admitted attempts (each counted against its
 	// candidate's caps); Failed counts those reported failed.
 	Sent, Failed int
@@ -178,6 +196,17 @@ type Selection struct {
 	Never bool
 	// Attempts lists every candidate considered, in order.
 	Attempts []Attempt
+
+	admitted int // 1 + index in Attempts of the admitted one; 0 for none
+}
+
+// Ticket returns the admitted candidate's ticket (see Attempt.Ticket), or
+// the zero Ticket when none is admitted.
+func (s Selection) Ticket() floodgate.Ticket {
+	if s.admitted == 0 {
+		return floodgate.Ticket{}
+	}
+	return s.Attempts[s.admitted-1].Ticket()
 }
 
 // Select admits the first candidate whose caps all have room: shorthand for
@@ -187,15 +216,4 @@ func Select(ctx context.Context, candidates []Candidate) Selection {
 	s := NewSelector(candidates)
 	s.Next(ctx)
 	return s.Result()
-}
-
-// denyingRules names the enforced rules that refused d.
-func denyingRules(d *Decision) []string {
-	var caps []string
-	for _, r := range d.Rules() {
-		if !r.Allowed && !r.Shadow {
-			caps = append(caps, r.Name)
-		}
-	}
-	return caps
 }

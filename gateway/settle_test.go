@@ -1,69 +1,14 @@
-package floodgate_test
+package gateway_test
 
 import (
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/store"
 )
-
-var tokenWeights = floodgate.Weights{"input": 1, "output": 3}
-
-func TestWeightsCost(t *testing.T) {
-	for _, tt := range []struct {
-		usage floodgate.Usage
-		want  int64
-		err   string
-	}{
-		{usage: floodgate.Usage{"input": 2, "output": 3}, want: 11},
-		{usage: floodgate.Usage{"input": 7}, want: 7},
-		{usage: floodgate.Usage{}, want: 0},
-		{usage: nil, want: 0},
-		{usage: floodgate.Usage{"input": 1, "audio": 4}, err: `unknown token class "audio"`},
-		{usage: floodgate.Usage{"output": -1}, err: `token class "output": count -1 must not be negative`},
-		{usage: floodgate.Usage{"output": 1 << 52}, err: "weighted cost exceeds"},
-	} {
-		got, err := tokenWeights.Cost(tt.usage)
-		switch {
-		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
-			t.Errorf("Cost(%v): error %v, want one containing %q", tt.usage, err, tt.err)
-		case tt.err == "" && (err != nil || got != tt.want):
-			t.Errorf("Cost(%v) = %d, %v; want %d", tt.usage, got, err, tt.want)
-		}
-	}
-	if err := (floodgate.Weights{"output": -3}).Validate(); err == nil {
-		t.Error("a negative weight validated")
-	}
-	if err := tokenWeights.Validate(); err != nil {
-		t.Error(err)
-	}
-}
-
-func TestOnly(t *testing.T) {
-	g := newGW(t, memoryStore, gwStart)
-	a := g.route("a", 5, 100)
-	if _, err := a.Limiter.Only(); err == nil {
-		t.Error("Only() with no rule names succeeded")
-	}
-	if _, err := a.Limiter.Only("tpm", "nope"); err == nil || !strings.Contains(err.Error(), `no rule "nope"`) {
-		t.Errorf("Only with an unknown rule: %v", err)
-	}
-	tokens, err := a.Limiter.Only("tpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := tokens.Name(); got != "a" {
-		t.Errorf("view name %q, want a", got)
-	}
-	if _, err := tokens.Record(g.ctx, a.Attrs, 40); err != nil {
-		t.Fatal(err)
-	}
-	// The view's record moved the limiter's tpm rule and not its rpm rule.
-	g.wantLeft(a.Limiter, a.Attrs, map[string]int64{"rpm": 5, "tpm": 60})
-}
 
 // keyLimiter is an API key's admission limiter: requests and tokens per
 // minute.
@@ -89,13 +34,13 @@ func testWeightedTokens(t *testing.T, newStore newStoreFunc) {
 
 	// serve runs one request through the gateway's steps and returns the
 	// key's token decision after it was recorded.
-	serve := func(usage floodgate.Usage) floodgate.Decision {
+	serve := func(usage gateway.Usage) floodgate.Decision {
 		t.Helper()
-		kd := keys.Allow(g.ctx, alice)
+		kd, kt := g.admit(keys, alice)
 		if !kd.Allowed {
 			t.Fatalf("key refused: %+v", kd)
 		}
-		sel := floodgate.Select(g.ctx, []floodgate.Candidate{route})
+		sel := gateway.Select(g.ctx, []gateway.Candidate{route})
 		if !sel.Allowed {
 			t.Fatalf("route refused: %+v", sel)
 		}
@@ -103,18 +48,18 @@ func testWeightedTokens(t *testing.T, newStore newStoreFunc) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := keyTokens.Settle(g.ctx, kd.Ticket(), alice, cost)
+		d, err := gateway.Settle(g.ctx, keyTokens, kt, alice, cost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := routeTokens.Settle(g.ctx, sel.Decision.Ticket(), route.Attrs, cost); err != nil {
+		if _, err := gateway.Settle(g.ctx, routeTokens, sel.Ticket(), route.Attrs, cost); err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
 
 	// 2 input + 3 output tokens at weights 1 and 3 cost 11.
-	if d := serve(floodgate.Usage{"input": 2, "output": 3}); !d.Allowed || d.Remaining != 9 {
+	if d := serve(gateway.Usage{"input": 2, "output": 3}); !d.Allowed || d.Remaining != 9 {
 		t.Fatalf("after 11 of 20: allowed=%v remaining=%d", d.Allowed, d.Remaining)
 	}
 	g.wantLeft(keys, alice, map[string]int64{"key-rpm": 99, "key-tpm": 9})
@@ -123,7 +68,7 @@ func testWeightedTokens(t *testing.T, newStore newStoreFunc) {
 	// The second request is admitted (9 left) and its 11 push the key to
 	// 22 of 20.
 	g.clock.Advance(5 * time.Second)
-	if d := serve(floodgate.Usage{"input": 2, "output": 3}); d.Allowed {
+	if d := serve(gateway.Usage{"input": 2, "output": 3}); d.Allowed {
 		t.Fatalf("22 of 20 recorded, yet a request would be admitted: %+v", d)
 	}
 	g.wantLeft(route.Limiter, route.Attrs, map[string]int64{"rpm": 98, "tpm": 78})
@@ -154,9 +99,9 @@ func testCacheHit(t *testing.T, newStore newStoreFunc) {
 
 	// A cached answer: the key is admitted and charged its tokens; no
 	// route is selected, so no route counter moves.
-	kd := keys.Allow(g.ctx, bob)
-	cost, _ := tokenWeights.Cost(floodgate.Usage{"input": 2, "output": 3})
-	if _, err := keyTokens.Settle(g.ctx, kd.Ticket(), bob, cost); err != nil {
+	_, kt := g.admit(keys, bob)
+	cost, _ := tokenWeights.Cost(gateway.Usage{"input": 2, "output": 3})
+	if _, err := gateway.Settle(g.ctx, keyTokens, kt, bob, cost); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, bob, map[string]int64{"key-rpm": 99, "key-tpm": 39})
@@ -170,40 +115,43 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 
 	// An admission that used no tokens (the upstream failed): the unit the
 	// admission charged to key-tpm goes back; key-rpm keeps its count.
-	kd := keys.Allow(g.ctx, carol)
-	if _, err := keyTokens.Settle(g.ctx, kd.Ticket(), carol, 0); err != nil {
+	_, kt := g.admit(keys, carol)
+	if _, err := gateway.Settle(g.ctx, keyTokens, kt, carol, 0); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 99, "key-tpm": 50})
 
 	// Without an admission ticket, Settle records the whole cost.
-	if _, err := keyTokens.Settle(g.ctx, floodgate.Ticket{}, carol, 7); err != nil {
+	if _, err := gateway.Settle(g.ctx, keyTokens, floodgate.Ticket{}, carol, 7); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 99, "key-tpm": 43})
 
 	// A decision of another limiter charged none of these rules.
 	other := g.route("x", 10, 10)
-	sel := floodgate.Select(g.ctx, []floodgate.Candidate{other})
-	if _, err := keyTokens.Settle(g.ctx, sel.Decision.Ticket(), carol, 3); err != nil {
+	sel := gateway.Select(g.ctx, []gateway.Candidate{other})
+	if _, err := gateway.Settle(g.ctx, keyTokens, sel.Ticket(), carol, 3); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-tpm": 40})
 
 	// A ticket that went through the service's encoding settles the same.
-	kd = keys.Allow(g.ctx, carol)
-	b, _ := kd.Ticket().MarshalBinary()
+	_, kt = g.admit(keys, carol)
+	b, _ := kt.MarshalBinary()
 	var decoded floodgate.Ticket
 	if err := decoded.UnmarshalBinary(b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := keyTokens.Settle(g.ctx, decoded, carol, 5); err != nil {
+	if _, err := gateway.Settle(g.ctx, keyTokens, decoded, carol, 5); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 98, "key-tpm": 35})
 
-	if _, err := keyTokens.Settle(g.ctx, kd.Ticket(), carol, -1); err == nil {
+	if _, err := gateway.Settle(g.ctx, keyTokens, kt, carol, -1); err == nil {
 		t.Error("a negative settled cost was accepted")
+	}
+	if _, err := gateway.Settle(g.ctx, nil, kt, carol, 5); err == nil {
+		t.Error("Settle without a limiter succeeded")
 	}
 }
 
@@ -217,14 +165,14 @@ func TestSettleAfterFailOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kd := l.Allow(g.ctx, floodgate.Attributes{"key": "dave"})
-	if !kd.Allowed || kd.Reason != floodgate.ReasonStore || kd.Ticket().Valid() {
+	kd, kt := g.admit(l, floodgate.Attributes{"key": "dave"})
+	if !kd.Allowed || kd.Reason != floodgate.ReasonStore || kt.Valid() {
 		t.Fatalf("fail-open admission: %+v", kd)
 	}
 	// The same rules over a working store: the whole cost lands.
 	healthy := g.limiter("keys", floodgate.FailOpen, perMinute("key-rpm", 10, "key"), perMinute("key-tpm", 50, "key"))
 	tokens, _ := healthy.Only("key-tpm")
-	if _, err := tokens.Settle(g.ctx, kd.Ticket(), floodgate.Attributes{"key": "dave"}, 11); err != nil {
+	if _, err := gateway.Settle(g.ctx, tokens, kt, floodgate.Attributes{"key": "dave"}, 11); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(healthy, floodgate.Attributes{"key": "dave"}, map[string]int64{"key-rpm": 10, "key-tpm": 39})
