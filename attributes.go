@@ -3,8 +3,8 @@ package floodgate
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"maps"
 	"strings"
-	"sync"
 )
 
 // Attributes are the facts about one request that rules derive keys from and
@@ -22,32 +22,6 @@ func (a Attributes) matches(attrs Attributes) bool {
 	return true
 }
 
-// lend lends a copy of a request's attributes to a rule's callbacks
-// (KeyFunc and LimitFunc) and takes it back when the callback returns.
-//
-// Handing the callbacks the caller's own map would let it escape, as far as
-// the compiler can tell, from every decision method, so every Attributes
-// literal a caller writes in a call (lim.Allow(ctx, floodgate.Attributes{"user": id}))
-// would be allocated on the heap, callbacks or not. With the copy, such a
-// literal stays on the caller's stack and a decision allocates nothing; the
-// copy is paid only by rules that have callbacks, and the copies are
-// recycled. A callback must therefore not keep attrs after it returns.
-func lend(attrs Attributes) Attributes {
-	c := lentPool.Get().(Attributes)
-	for k, v := range attrs {
-		c[k] = v
-	}
-	return c
-}
-
-// giveBack clears a map from lend and recycles it.
-func giveBack(c Attributes) {
-	clear(c)
-	lentPool.Put(c)
-}
-
-var lentPool = sync.Pool{New: func() any { return make(Attributes, 8) }}
-
 // globalKey is the key of a rule with no key attributes.
 const globalKey = "*"
 
@@ -62,28 +36,26 @@ const MaxKeyLen = 128
 const digestPrefix = 48
 
 // keyFor returns the rule's key for attrs, or "" when the rule is skipped.
-// A single attribute value is used as is unless it needs escaping or is
-// longer than MaxKeyLen, so the common case does not allocate. Composite
-// keys join escaped values with ':'.
+//
+// A rule keys on a fixed number of attributes, and its keys live in its own
+// scope, so keys of different shapes never meet: a single attribute value
+// (or a KeyFunc's result) is the key as it is, escaped only if it holds a
+// backslash (so that it can never read as the digest of a long key, see
+// digestKey). Composite keys join escaped values with ':'. A key longer
+// than MaxKeyLen is stored as its digest.
+//
+// A KeyFunc is given a copy of attrs: handing it the caller's map would let
+// the map escape, as far as the compiler can tell, from every decision
+// method, and put every Attributes literal written in a call on the heap.
 func (c *compiledRule) keyFor(attrs Attributes) string {
 	if c.KeyFunc != nil {
-		lent := lend(attrs)
-		k := c.KeyFunc(lent)
-		giveBack(lent)
-		if k == "" {
-			return ""
-		}
-		return escapeKey(k)
+		return single(c.KeyFunc(maps.Clone(attrs)))
 	}
 	switch len(c.Key) {
 	case 0:
 		return globalKey
 	case 1:
-		v := attrs[c.Key[0]]
-		if v == "" {
-			return ""
-		}
-		return escapeKey(v)
+		return single(attrs[c.Key[0]])
 	}
 	n := len(c.Key) - 1
 	for _, name := range c.Key {
@@ -104,13 +76,9 @@ func (c *compiledRule) keyFor(attrs Attributes) string {
 	return bounded(b.String())
 }
 
-// escapeKey escapes ':' and '\' (and a lone "*", the global key) so that
-// distinct key tuples can never produce the same key.
-func escapeKey(v string) string {
-	if v == globalKey {
-		return `\*`
-	}
-	if !needsEscape(v) {
+// single is the key of a rule keyed on one value v ("" when v is empty).
+func single(v string) string {
+	if strings.IndexByte(v, '\\') < 0 {
 		return bounded(v)
 	}
 	var b strings.Builder
@@ -156,17 +124,6 @@ func digestKey(k string) string {
 	base64.RawURLEncoding.Encode(enc[:], sum[:])
 	b.Write(enc[:])
 	return b.String()
-}
-
-// needsEscape reports whether v holds ':' or '\'. A plain loop: keys are
-// short, and strings.ContainsAny's set building costs more than the scan.
-func needsEscape(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c == ':' || c == '\\' {
-			return true
-		}
-	}
-	return false
 }
 
 func writeEscaped(b *strings.Builder, v string) {

@@ -67,9 +67,9 @@ func Example_multipleRules() {
 
 	ctx := context.Background()
 	for _, u := range []string{"ann", "ann", "bea", "bea"} {
-		d := limiter.Allow(ctx, floodgate.Attributes{"user": u, "tenant": "acme"})
+		d := must(limiter.Decide(ctx, floodgate.ModeConsume, floodgate.Attributes{"user": u, "tenant": "acme"}, 1))
 		fmt.Printf("%s: allowed=%v binding=%s", u, d.Allowed, d.Rule)
-		for _, r := range d.Rules() {
+		for _, r := range d.Rules {
 			fmt.Printf(" %s=%d", r.Name, r.Remaining)
 		}
 		fmt.Println()
@@ -138,7 +138,7 @@ func ExampleLimiter_Refund() {
 	ctx := context.Background()
 	account := floodgate.Attributes{"account": "ann@example.com"}
 	for _, passwordOK := range []bool{false, true, true, false} {
-		d := limiter.Allow(ctx, account)
+		d := must(limiter.Decide(ctx, floodgate.ModeConsume, account, 1))
 		if !d.Allowed {
 			fmt.Println("locked out")
 			continue
@@ -146,7 +146,7 @@ func ExampleLimiter_Refund() {
 		if passwordOK {
 			_ = limiter.Refund(ctx, d.Ticket()) // a refund never fails the caller
 		}
-		d, _ = limiter.AllowN(ctx, account, 0)
+		d, _ = limiter.Decide(ctx, floodgate.ModeConsume, account, 0)
 		fmt.Printf("password ok=%v, failures left: %d\n", passwordOK, d.Remaining)
 	}
 	// Output:
@@ -171,8 +171,8 @@ func ExampleRule_shadow() {
 
 	ctx := context.Background()
 	for range 3 {
-		d := limiter.Allow(ctx, floodgate.Attributes{"user": "ann"})
-		proposed := d.Rules()[1]
+		d := must(limiter.Decide(ctx, floodgate.ModeConsume, floodgate.Attributes{"user": "ann"}, 1))
+		proposed := d.Rules[1]
 		fmt.Printf("allowed=%v shadow-denied=%v proposed: allowed=%v shadow=%v\n",
 			d.Allowed, d.ShadowDenied, proposed.Allowed, proposed.Shadow)
 	}

@@ -103,7 +103,7 @@ func TestFailurePolicy(t *testing.T) {
 				defer cancel()
 			}
 			start := time.Now()
-			d := l.Allow(ctx, user("alice"))
+			d := must(l.Decide(ctx, floodgate.ModeConsume, user("alice"), 1))
 			elapsed := time.Since(start)
 			if elapsed > timeout+margin {
 				t.Errorf("decision took %v, want under the %v timeout plus %v", elapsed, timeout, margin)
@@ -121,7 +121,7 @@ func TestFailurePolicy(t *testing.T) {
 			if d.Rule != "per-user" || d.Limit != 10 {
 				t.Errorf("binding rule %q limit %d, want per-user 10", d.Rule, d.Limit)
 			}
-			for _, r := range d.Rules() {
+			for _, r := range d.Rules {
 				if r.Allowed != wantAllowed {
 					t.Errorf("rule %s Allowed=%v, want the policy's %v", r.Name, r.Allowed, wantAllowed)
 				}
@@ -221,7 +221,7 @@ func TestRefundThatCannotBeAppliedIsReported(t *testing.T) {
 	var logs syncbuf.Buffer
 	l, _ := remoteLimiter(t, store, floodgate.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
-	d := l.Allow(ctx, user("alice"))
+	d := must(l.Decide(ctx, floodgate.ModeConsume, user("alice"), 1))
 	store.set(failing)
 	if err := l.Refund(ctx, d.Ticket()); !errors.Is(err, errStoreDown) {
 		t.Errorf("Refund on a failing store = %v, want %v", err, errStoreDown)

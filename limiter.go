@@ -47,9 +47,10 @@ const DefaultTimeout = 50 * time.Millisecond
 
 // Options are a limiter's optional settings. The zero value is ready to use.
 type Options struct {
-	// Clock supplies the time of in-process stores; nil means the wall
-	// clock read through a shared FastClock (see FastClock for how it
-	// differs from SystemClock).
+	// Clock supplies the time of decisions; nil means the wall clock, read
+	// as the runtime's monotonic clock plus an offset re-read from the wall
+	// clock once a second (so a step of the system clock is seen up to a
+	// second late). SystemClock reads time.Now every time.
 	Clock Clock
 	// FailurePolicy decides when the store cannot answer; default FailOpen.
 	FailurePolicy FailurePolicy
@@ -60,6 +61,12 @@ type Options struct {
 	Timeout time.Duration
 	// Breaker tunes the circuit breaker around remote stores.
 	Breaker BreakerOptions
+	// Fallback, when set, decides in place of the failure policy whenever
+	// the store cannot answer (a failed call, or the breaker open): the
+	// decision is applied to Fallback instead, typically a memory store
+	// holding each instance's share of the limits (see store/share). The
+	// limiter's breaker alone decides when the store is back.
+	Fallback store.Store
 	// Observer, when set, is called after every decision (consume, peek
 	// and record), for metrics and audit. Refunds and resets are not
 	// decisions and are not observed.
@@ -76,8 +83,8 @@ type Options struct {
 	Replaces *Limiter
 }
 
-// Observer is called once per decision with what was decided. It must not
-// retain the Event's Decision after it returns.
+// Observer is called once per decision with what was decided, for metrics
+// and audit. The Event is the observer's to keep.
 type Observer func(ctx context.Context, e Event)
 
 // Event describes one decision for an Observer.
@@ -86,16 +93,18 @@ type Event struct {
 	Mode    Mode
 	Cost    int64
 	// Time is when the decision was made, by the limiter's clock.
-	Time     time.Time
-	Decision *Decision
+	Time    time.Time
+	Outcome Outcome
 }
 
 // Limiter applies a set of rules to requests. It is safe for concurrent use.
 type Limiter struct {
 	name     string
 	store    store.Store
+	fallback store.Store
 	rules    []*compiledRule
 	byName   map[string]*compiledRule
+	leases   bool // a rule is Concurrency: consumes need a lease id
 	clock    Clock
 	policy   FailurePolicy
 	shadow   bool
@@ -107,9 +116,16 @@ type Limiter struct {
 	opts     Options // as given to New, for views made with Only
 
 	held       *nameHold // the limiter's hold on its name (names.go)
-	batches    sync.Pool
+	calls      sync.Pool // of *call: a Batch crosses the Store interface, so it lives on the heap
 	lastLog    atomic.Int64
 	suppressed atomic.Int64
+}
+
+// call is one store call in the making: the batch and, for each of its ops,
+// the rule it came from.
+type call struct {
+	b     store.Batch
+	rules []*compiledRule
 }
 
 // New returns a limiter named name that keeps its state in store and applies
@@ -148,6 +164,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		shadow:   opts.Shadow,
 		timeout:  opts.Timeout,
 		breaker:  newBreaker(opts.Breaker),
+		fallback: opts.Fallback,
 		observer: opts.Observer,
 		logger:   opts.Logger,
 		opts:     *opts,
@@ -173,14 +190,18 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		if _, dup := l.byName[r.Name]; dup {
 			return nil, &ConfigError{Limiter: name, Rule: r.Name, RuleIndex: i, Field: "name", Reason: "duplicate rule name"}
 		}
+		c.shadow = c.Shadow || l.shadow
 		l.byName[r.Name] = c
 		l.rules = append(l.rules, c)
+		l.leases = l.leases || r.Algorithm == Concurrency
 	}
 	if err := l.hold(opts.Replaces); err != nil {
 		return nil, err
 	}
 	n := len(rules)
-	l.batches.New = func() any { return &store.Batch{Ops: make([]store.Op, 0, n)} }
+	l.calls.New = func() any {
+		return &call{b: store.Batch{Ops: make([]store.Op, 0, n)}, rules: make([]*compiledRule, 0, n)}
+	}
 	return l, nil
 }
 
@@ -217,46 +238,69 @@ func (l *Limiter) Shadow() bool { return l.shadow }
 func (l *Limiter) Breaker() BreakerState { return BreakerState(l.breaker.State()) }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
-func (l *Limiter) Allow(ctx context.Context, attrs Attributes) (d Decision) {
-	l.decide(ctx, ModeConsume, attrs, 1, &d)
-	return d
+func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
+	return l.decide(ctx, ModeConsume, attrs, 1, false).Decision
 }
 
 // AllowN asks for n units. Every applicable rule must admit n for the
 // decision to be admitted, and then n is charged to every one of them; a
 // denied decision charges nothing. n == 0 peeks: nothing is charged and
 // Allowed says whether one unit would be admitted now.
-func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (d Decision, err error) {
-	if n < 0 {
-		return Decision{}, sprintfErr("floodgate: limiter %q: cost %d must not be negative", l.name, n)
+func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+	mode, n, err := l.check(ModeConsume, n)
+	if err != nil {
+		return Decision{}, err
 	}
-	if n == 0 {
-		l.decide(ctx, ModePeek, attrs, 1, &d)
-		return d, nil
-	}
-	l.decide(ctx, ModeConsume, attrs, n, &d)
-	return d, nil
+	return l.decide(ctx, mode, attrs, n, false).Decision, nil
 }
 
 // Peek reports whether n units would be admitted now, charging nothing.
-func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (d Decision, err error) {
-	if n < 1 {
-		return Decision{}, sprintfErr("floodgate: limiter %q: peek cost %d must be at least 1", l.name, n)
+func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+	mode, n, err := l.check(ModePeek, n)
+	if err != nil {
+		return Decision{}, err
 	}
-	l.decide(ctx, ModePeek, attrs, n, &d)
-	return d, nil
+	return l.decide(ctx, mode, attrs, n, false).Decision, nil
 }
 
 // Record charges n units to every applicable rule without an admission
 // check: usage known only after the work is done. It may push keys past
 // their limits; later decisions are then denied until the usage ages out.
 // The decision describes the state afterwards, as a peek at one unit.
-func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (d Decision, err error) {
-	if n < 0 {
-		return Decision{}, sprintfErr("floodgate: limiter %q: recorded cost %d must not be negative", l.name, n)
+func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
+	mode, n, err := l.check(ModeRecord, n)
+	if err != nil {
+		return Decision{}, err
 	}
-	l.decide(ctx, ModeRecord, attrs, n, &d)
-	return d, nil
+	return l.decide(ctx, mode, attrs, n, false).Decision, nil
+}
+
+// Decide makes the decision that AllowN (ModeConsume), Peek (ModePeek) or
+// Record (ModeRecord) makes, and returns it in full: what each rule
+// decided, and the ticket that refunds an admitted consume.
+func (l *Limiter) Decide(ctx context.Context, mode Mode, attrs Attributes, n int64) (Outcome, error) {
+	mode, n, err := l.check(mode, n)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return l.decide(ctx, mode, attrs, n, true), nil
+}
+
+// check validates a decision's mode and cost: a consume of 0 is a peek of 1.
+func (l *Limiter) check(mode Mode, n int64) (Mode, int64, error) {
+	switch {
+	case mode != ModeConsume && mode != ModePeek && mode != ModeRecord:
+		return mode, n, sprintfErr("floodgate: limiter %q: %s is not a decision", l.name, mode)
+	case mode == ModeConsume && n < 0:
+		return mode, n, sprintfErr("floodgate: limiter %q: cost %d must not be negative", l.name, n)
+	case mode == ModeRecord && n < 0:
+		return mode, n, sprintfErr("floodgate: limiter %q: recorded cost %d must not be negative", l.name, n)
+	case mode == ModePeek && n < 1:
+		return mode, n, sprintfErr("floodgate: limiter %q: peek cost %d must be at least 1", l.name, n)
+	case mode == ModeConsume && n == 0:
+		return ModePeek, 1, nil
+	}
+	return mode, n, nil
 }
 
 // Refund gives an admitted decision's units back to every rule it charged,
@@ -271,20 +315,20 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 	if t.Limiter != l.name {
 		return ErrForeignTicket
 	}
-	b := l.batch()
-	defer l.batches.Put(b)
-	b.Mode, b.Now, b.Cost, b.Ticket = store.Refund, l.clock.Now(), t.Cost, t.ID
+	c := l.call(store.Refund, t.Cost)
+	defer l.calls.Put(c)
+	c.b.Ticket = t.ID
 	for _, e := range t.Entries {
-		c := l.byName[e.Rule]
-		if c == nil {
+		r := l.byName[e.Rule]
+		if r == nil {
 			continue // the rule was removed since: nothing to give back
 		}
-		b.Ops = append(b.Ops, store.Op{Scope: c.scope, Key: e.Key, Params: c.refundParams(e), Stamp: e.Stamp})
+		c.b.Ops = append(c.b.Ops, store.Op{Scope: r.scope, Key: e.Key, Params: r.refundParams(e), Stamp: e.Stamp})
 	}
-	if len(b.Ops) == 0 {
+	if len(c.b.Ops) == 0 {
 		return nil
 	}
-	if err := l.apply(ctx, b); err != nil {
+	if err := l.apply(ctx, &c.b); err != nil {
 		l.logger.WarnContext(ctx, "floodgate: refund not applied", "limiter", l.name, "err", err)
 		return err
 	}
@@ -293,94 +337,91 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 
 // Reset forgets the state of every rule's key for attrs (an admin action).
 func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
-	b := l.batch()
-	defer l.batches.Put(b)
-	b.Mode, b.Now = store.Reset, l.clock.Now()
-	for _, c := range l.rules {
-		if key := c.keyFor(attrs); key != "" {
-			b.Ops = append(b.Ops, store.Op{Scope: c.scope, Key: key, Params: c.params})
+	c := l.call(store.Reset, 0)
+	defer l.calls.Put(c)
+	for _, r := range l.rules {
+		if key := r.keyFor(attrs); key != "" {
+			c.b.Ops = append(c.b.Ops, store.Op{Scope: r.scope, Key: key, Params: r.params})
 		}
 	}
-	if len(b.Ops) == 0 {
+	if len(c.b.Ops) == 0 {
 		return nil
 	}
-	return l.apply(ctx, b)
+	return l.apply(ctx, &c.b)
 }
 
-func (l *Limiter) batch() *store.Batch {
-	b := l.batches.Get().(*store.Batch)
-	b.Ops = b.Ops[:0]
-	b.Allowed = false
-	b.Ticket = 0
-	return b
+// call returns an empty call of the given mode and cost, at the limiter's
+// clock reading.
+func (l *Limiter) call(mode store.Mode, cost int64) *call {
+	c := l.calls.Get().(*call)
+	c.b = store.Batch{Mode: mode, Now: l.clock.Now(), Cost: cost, Ops: c.b.Ops[:0]}
+	c.rules = c.rules[:0]
+	return c
 }
 
-// decide makes the decision for attrs into d, which must be the zero
-// Decision. It writes d in place rather than returning it: a Decision is a
-// few hundred bytes, and copying it is a measurable part of the hot path.
-func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, d *Decision) {
-	d.limiter, d.cost = l, cost
-	b := l.batch()
-	b.Mode, b.Now, b.Cost = mode, l.clock.Now(), cost
-	var err error
-	for _, c := range l.rules {
-		key := c.keyFor(attrs)
+// decide makes one decision: it builds the batch of the rules that apply to
+// attrs, applies it to the store (or, when the store cannot answer, to the
+// fallback or the failure policy) and reads the decision off the results.
+// The per-rule results are built only when detail is asked for or an
+// observer will see them.
+func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, detail bool) Outcome {
+	c := l.call(mode, cost)
+	b := &c.b
+	o := Outcome{limiter: l.name, cost: cost}
+	err := l.build(ctx, c, attrs)
+	switch {
+	case err != nil:
+		o.Decision = l.failed(ctx, c, err)
+	case len(b.Ops) == 0:
+		o.Allowed = true // no rule applies to this request
+	default:
+		if mode != ModePeek && (detail || l.leases) {
+			b.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
+		}
+		o.id = b.Ticket
+		if err = l.apply(ctx, b); err != nil && l.fallback != nil {
+			l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, b.Now)
+			err = l.fallback.Apply(ctx, b)
+		}
+		if err != nil {
+			o.Decision = l.failed(ctx, c, err)
+		} else {
+			o.Decision = verdict(c)
+		}
+	}
+	if detail || l.observer != nil {
+		o.Rules = ruleDecisions(c, o.Decision, err == nil)
+	}
+	now := b.Now
+	l.calls.Put(c)
+	if l.observer != nil {
+		l.observer(ctx, Event{Limiter: l.name, Mode: mode, Cost: cost, Time: now, Outcome: o})
+	}
+	return o
+}
+
+// build adds an op to c for every rule that applies to attrs.
+func (l *Limiter) build(ctx context.Context, c *call, attrs Attributes) error {
+	for _, r := range l.rules {
+		key := r.keyFor(attrs)
 		if key == "" {
 			continue
 		}
 		// The op is filled in place: building it aside and appending
 		// would copy its 150 bytes once more.
-		b.Ops = append(b.Ops, store.Op{})
-		op := &b.Ops[len(b.Ops)-1]
-		op.Params = c.params
-		if c.Overrides != nil || c.LimitFunc != nil {
-			if op.Params, err = c.paramsFor(ctx, attrs); err != nil {
-				b.Ops = b.Ops[:len(b.Ops)-1]
-				break
+		c.b.Ops = append(c.b.Ops, store.Op{})
+		op := &c.b.Ops[len(c.b.Ops)-1]
+		op.Scope, op.Key, op.Params, op.Shadow = r.scope, key, r.params, r.shadow
+		if r.Overrides != nil || r.LimitFunc != nil {
+			var err error
+			if op.Params, err = r.paramsFor(ctx, attrs); err != nil {
+				c.b.Ops = c.b.Ops[:len(c.b.Ops)-1]
+				return err
 			}
 		}
-		op.Scope, op.Key, op.Shadow = c.scope, key, c.Shadow || l.shadow
-		p := &op.Params
-		rd := d.ruleSlot()
-		rd.Name, rd.rule, rd.key, rd.Shadow, rd.Limit = c.Name, c.index, key, c.Shadow || l.shadow, p.Limit
-		rd.burst = p.Burst
+		c.rules = append(c.rules, r)
 	}
-	switch {
-	case err != nil:
-		l.failed(ctx, d, err, b.Now)
-	case len(b.Ops) == 0:
-		d.Allowed = true // no rule applies to this request
-	default:
-		if mode == ModeConsume || mode == ModeRecord {
-			b.Ticket = rand.Uint64() | 1
-			d.id = b.Ticket
-		}
-		if err = l.apply(ctx, b); err != nil {
-			l.failed(ctx, d, err, b.Now)
-		} else {
-			l.fill(d, b)
-		}
-	}
-	now := b.Now
-	l.batches.Put(b)
-	if l.observer != nil {
-		l.observe(ctx, mode, cost, now, d)
-	}
-}
-
-// observed recycles the copies of decisions handed to the observer, which
-// must not retain them, so an observed limiter does not allocate per
-// decision either.
-var observed = sync.Pool{New: func() any { return new(Decision) }}
-
-// observe calls the observer with a copy of d: handing it d itself would
-// make every Decision escape to the heap, observer or not.
-func (l *Limiter) observe(ctx context.Context, mode Mode, cost int64, now time.Time, d *Decision) {
-	c := observed.Get().(*Decision)
-	*c = *d
-	l.observer(ctx, Event{Limiter: l.name, Mode: mode, Cost: cost, Time: now, Decision: c})
-	*c = Decision{} // drop references before pooling
-	observed.Put(c)
+	return nil
 }
 
 // apply runs b against the store, with the deadline and the breaker for
@@ -389,8 +430,7 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	if !l.remote {
 		return l.store.Apply(ctx, b)
 	}
-	now := b.Now.UnixNano()
-	if !l.breaker.Allow(now) {
+	if !l.breaker.Allow(b.Now.UnixNano()) {
 		return ErrBreakerOpen
 	}
 	// A caller whose own deadline comes first (a gRPC call from Envoy, an
@@ -426,100 +466,126 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	return nil
 }
 
-// fill turns the store's answers into the decision.
-func (l *Limiter) fill(d *Decision, b *store.Batch) {
-	rules := d.Rules()
-	enforced := true
-	for i := range b.Ops {
-		op, rd := &b.Ops[i], &rules[i]
-		res := op.Result
-		rd.Allowed, rd.Never = res.Allowed, res.Never
-		rd.Remaining, rd.ResetAfter, rd.RetryAfter = res.Remaining, res.ResetAfter, res.RetryAfter
-		rd.stamp = op.Stamp
-		if !res.Allowed {
-			if op.Shadow {
+// verdict reads the decision off the store's answers to c.
+func verdict(c *call) Decision {
+	ops := c.b.Ops
+	var d Decision
+	d.Allowed = true
+	for i := range ops {
+		if !ops[i].Result.Allowed {
+			if ops[i].Shadow {
 				d.ShadowDenied = true
 			} else {
-				enforced = false
+				d.Allowed = false
 			}
 		}
 	}
-	if b.Mode == ModeConsume {
-		enforced = b.Allowed
-		for i := range rules {
-			rules[i].took = b.Allowed && rules[i].Allowed
-		}
+	if c.b.Mode == ModeConsume {
+		d.Allowed = c.b.Allowed
 	}
-	d.Allowed = enforced
 	bind := -1
-	if !enforced {
+	if !d.Allowed {
 		d.Reason = ReasonLimit
-		for i := range rules {
-			r := &rules[i]
-			if r.Allowed || r.Shadow {
+		for i := range ops {
+			r := &ops[i].Result
+			if r.Allowed || ops[i].Shadow {
 				continue
 			}
-			switch {
+			switch b := &ops[max(bind, 0)].Result; {
 			case bind < 0:
 				bind = i
-			case r.Never != rules[bind].Never:
+			case r.Never != b.Never:
 				if r.Never {
 					bind = i
 				}
-			case r.RetryAfter > rules[bind].RetryAfter:
+			case r.RetryAfter > b.RetryAfter:
 				bind = i
 			}
 		}
-		d.Never = rules[bind].Never
+		r := &ops[bind].Result
+		d.Never = r.Never
 		if !d.Never {
-			d.RetryAfter = rules[bind].RetryAfter
+			d.RetryAfter = r.RetryAfter
 		}
 	} else {
+		// The enforced rule with the fewest units left binds, the one that
+		// resets last among equals; a shadow rule only if all are shadows.
 		for pass := 0; pass < 2 && bind < 0; pass++ {
-			for i := range rules {
-				r := &rules[i]
-				if pass == 0 && r.Shadow {
+			for i := range ops {
+				if pass == 0 && ops[i].Shadow {
 					continue
 				}
-				if bind < 0 || r.Remaining < rules[bind].Remaining ||
-					r.Remaining == rules[bind].Remaining && r.ResetAfter > rules[bind].ResetAfter {
+				r := &ops[i].Result
+				if bind < 0 {
+					bind = i
+					continue
+				}
+				b := &ops[bind].Result
+				if r.Remaining < b.Remaining || r.Remaining == b.Remaining && r.ResetAfter > b.ResetAfter {
 					bind = i
 				}
 			}
 		}
 	}
-	r := &rules[bind]
-	d.Rule, d.Limit, d.Remaining, d.ResetAfter = r.Name, r.Limit, r.Remaining, r.ResetAfter
+	op := &ops[bind]
+	d.Rule, d.Limit = c.rules[bind].Name, op.Params.Limit
+	d.Remaining, d.ResetAfter = op.Result.Remaining, op.Result.ResetAfter
+	return d
 }
 
-// failed makes d the failure policy's decision for a store error.
-func (l *Limiter) failed(ctx context.Context, d *Decision, err error, now time.Time) {
-	d.Reason, d.Err = ReasonStore, err
+// ruleDecisions is what each rule of c decided, given the decision d. When
+// the store did not answer, each rule carries the decision's verdict.
+func ruleDecisions(c *call, d Decision, answered bool) []RuleDecision {
+	if len(c.b.Ops) == 0 {
+		return nil
+	}
+	out := make([]RuleDecision, len(c.b.Ops))
+	for i := range c.b.Ops {
+		op, r := &c.b.Ops[i], c.rules[i]
+		rd := &out[i]
+		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, op.Key, op.Shadow, op.Params.Limit, r.Algorithm
+		rd.Capacity = op.Params.Limit
+		if op.Params.Burst > 0 && (r.Algorithm == TokenBucket || r.Algorithm == GCRA) {
+			rd.Capacity = op.Params.Burst
+		}
+		if !answered {
+			rd.Allowed = d.Allowed
+			continue
+		}
+		res := &op.Result
+		rd.Allowed, rd.Never = res.Allowed, res.Never
+		rd.Remaining, rd.ResetAfter, rd.RetryAfter = res.Remaining, res.ResetAfter, res.RetryAfter
+		rd.stamp = op.Stamp
+		rd.took = c.b.Mode == ModeConsume && c.b.Allowed && res.Allowed
+	}
+	return out
+}
+
+// failed is the failure policy's decision for a store error.
+func (l *Limiter) failed(ctx context.Context, c *call, err error) Decision {
+	d := Decision{Reason: ReasonStore, Err: err}
 	// A shadow limiter never denies, not even when its store fails.
 	d.Allowed = l.policy == FailOpen || l.shadow
 	if !d.Allowed {
-		d.RetryAfter = max(l.breaker.RetryIn(now.UnixNano()), time.Second)
+		d.RetryAfter = max(l.breaker.RetryIn(c.b.Now.UnixNano()), time.Second)
 	}
-	rs := d.Rules()
-	for i := range rs {
-		rs[i].Allowed = d.Allowed
+	if len(c.rules) > 0 {
+		d.Rule, d.Limit = c.rules[0].Name, c.b.Ops[0].Params.Limit
 	}
-	if len(rs) > 0 {
-		d.Rule, d.Limit = rs[0].Name, rs[0].Limit
-	}
-	l.logFailure(ctx, err, now)
+	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, c.b.Now)
+	return d
 }
 
 // logFailure logs at most one failure-policy line a second, with the count
 // of the ones it held back.
-func (l *Limiter) logFailure(ctx context.Context, err error, now time.Time) {
+func (l *Limiter) logFailure(ctx context.Context, msg string, err error, now time.Time) {
 	ns := now.UnixNano()
 	last := l.lastLog.Load()
 	if ns-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, ns) {
 		l.suppressed.Add(1)
 		return
 	}
-	l.logger.WarnContext(ctx, "floodgate: store failed; decided by failure policy",
+	l.logger.WarnContext(ctx, msg,
 		"limiter", l.name, "policy", l.policy.String(), "err", err,
 		"suppressed", l.suppressed.Swap(0))
 }

@@ -46,9 +46,9 @@ func memLimiter(t testing.TB, rules []floodgate.Rule, opts *floodgate.Options) (
 func user(id string) floodgate.Attributes { return floodgate.Attributes{"user": id} }
 
 // peek looks at attrs without consuming and fails the test on error.
-func peek(t testing.TB, l *floodgate.Limiter, attrs floodgate.Attributes) floodgate.Decision {
+func peek(t testing.TB, l *floodgate.Limiter, attrs floodgate.Attributes) floodgate.Outcome {
 	t.Helper()
-	d, err := l.AllowN(context.Background(), attrs, 0)
+	d, err := l.Decide(context.Background(), floodgate.ModeConsume, attrs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +56,14 @@ func peek(t testing.TB, l *floodgate.Limiter, attrs floodgate.Attributes) floodg
 }
 
 // ruleResult returns the named rule's result in d.
-func ruleResult(t testing.TB, d *floodgate.Decision, name string) floodgate.RuleDecision {
+func ruleResult(t testing.TB, d *floodgate.Outcome, name string) floodgate.RuleDecision {
 	t.Helper()
-	for _, r := range d.Rules() {
+	for _, r := range d.Rules {
 		if r.Name == name {
 			return r
 		}
 	}
-	t.Fatalf("decision has no result for rule %q (has %v)", name, d.Rules())
+	t.Fatalf("decision has no result for rule %q (has %v)", name, d.Rules)
 	return floodgate.RuleDecision{}
 }
 
@@ -208,7 +208,7 @@ func TestPeekConsumesNothing(t *testing.T) {
 			ctx := context.Background()
 			attrs := user("alice")
 			for i := range 2 {
-				if d := l.Allow(ctx, attrs); !d.Allowed {
+				if d := must(l.Decide(ctx, floodgate.ModeConsume, attrs, 1)); !d.Allowed {
 					t.Fatalf("request %d denied: %+v", i+1, d)
 				}
 			}
@@ -262,7 +262,7 @@ func TestCostBeyondCapacityIsNever(t *testing.T) {
 			}
 			l, _ := memLimiter(t, []floodgate.Rule{r}, nil)
 			ctx := context.Background()
-			d, err := l.AllowN(ctx, user("a"), capacity+1)
+			d, err := l.Decide(ctx, floodgate.ModeConsume, user("a"), capacity+1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -287,7 +287,7 @@ func TestRecordPushesPastTheLimit(t *testing.T) {
 		l, clock := memLimiter(t, []floodgate.Rule{
 			{Name: "tokens", Algorithm: floodgate.TokenBucket, Limit: 10, Window: 10 * time.Second, Key: []string{"user"}},
 		}, nil)
-		d, err := l.Record(ctx, user("a"), 15)
+		d, err := l.Decide(ctx, floodgate.ModeRecord, user("a"), 15)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestRecordPushesPastTheLimit(t *testing.T) {
 		if d.Ticket().Valid() {
 			t.Error("Record returned a refundable ticket")
 		}
-		d = l.Allow(ctx, user("a"))
+		d = must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 		if d.Allowed || d.RetryAfter != 6*time.Second {
 			t.Errorf("Allow after the record: Allowed=%v RetryAfter=%v, want false, 6s", d.Allowed, d.RetryAfter)
 		}
@@ -358,7 +358,7 @@ func TestBindingRule(t *testing.T) {
 		l.Allow(ctx, user("a"))
 		l.Allow(ctx, user("a"))
 		clock.Advance(10 * time.Second)
-		d := l.Allow(ctx, user("a"))
+		d := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 		if d.Allowed || d.Rule != "hour" || d.RetryAfter != time.Hour-10*time.Second {
 			t.Errorf("denied decision binds %q with RetryAfter %v, want hour, %v", d.Rule, d.RetryAfter, time.Hour-10*time.Second)
 		}
@@ -388,7 +388,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	l, _ := memLimiter(t, []floodgate.Rule{okRule()}, &floodgate.Options{
 		Observer: func(_ context.Context, e floodgate.Event) {
 			events = append(events, e)
-			seen = append(seen, *e.Decision)
+			seen = append(seen, e.Outcome.Decision)
 		},
 	})
 	ctx := context.Background()
@@ -481,7 +481,7 @@ func TestOverridesAndLimitFunc(t *testing.T) {
 		t.Errorf("limit lowered to 3 under 6 used: Allowed=%v Limit=%d Remaining=%d, want false, 3, 0", d.Allowed, d.Limit, d.Remaining)
 	}
 	planLimit.Store(10)
-	if d := l.Allow(ctx, pro); !d.Allowed || d.Limit != 10 || d.Remaining != 3 {
+	if d := must(l.Decide(ctx, floodgate.ModeConsume, pro, 1)); !d.Allowed || d.Limit != 10 || d.Remaining != 3 {
 		t.Errorf("limit raised to 10 over 6 used: Allowed=%v Limit=%d Remaining=%d, want true, 10, 3", d.Allowed, d.Limit, d.Remaining)
 	}
 }
@@ -506,9 +506,9 @@ func TestRulesWithoutTheirKeyAreSkipped(t *testing.T) {
 		{floodgate.Attributes{"user": "a", "tenant": "t", "route": "/x", "ip": "::1"}, []string{"per-user", "per-tenant", "per-tenant-route", "by-func"}},
 	}
 	for _, tt := range tests {
-		d := l.Allow(ctx, tt.attrs)
+		d := must(l.Decide(ctx, floodgate.ModeConsume, tt.attrs, 1))
 		var got []string
-		for _, r := range d.Rules() {
+		for _, r := range d.Rules {
 			got = append(got, r.Name)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(tt.want) {
@@ -516,8 +516,8 @@ func TestRulesWithoutTheirKeyAreSkipped(t *testing.T) {
 		}
 	}
 	// No rule applies: admitted, with no binding rule and nothing to refund.
-	d := l.Allow(ctx, floodgate.Attributes{"route": "/x"})
-	if !d.Allowed || d.Rule != "" || len(d.Rules()) != 0 || d.Ticket().Valid() {
+	d := must(l.Decide(ctx, floodgate.ModeConsume, floodgate.Attributes{"route": "/x"}, 1))
+	if !d.Allowed || d.Rule != "" || len(d.Rules) != 0 || d.Ticket().Valid() {
 		t.Errorf("no applicable rule: %+v, want admitted with no rule", d)
 	}
 }
@@ -532,8 +532,8 @@ func TestDecisionWithManyRules(t *testing.T) {
 		})
 	}
 	l, _ := memLimiter(t, rules, nil)
-	d, _ := l.AllowN(ctx, user("a"), 4)
-	rs := d.Rules()
+	d, _ := l.Decide(ctx, floodgate.ModeConsume, user("a"), 4)
+	rs := d.Rules
 	if len(rs) != 7 {
 		t.Fatalf("Rules() has %d results, want 7", len(rs))
 	}
@@ -553,7 +553,7 @@ func TestDecisionWithManyRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := peek(t, l, user("a"))
-	for i, r := range p.Rules() {
+	for i, r := range p.Rules {
 		if r.Remaining != int64(10+i) {
 			t.Errorf("after the refund rule %s has %d left, want %d", r.Name, r.Remaining, 10+i)
 		}
@@ -568,7 +568,7 @@ func TestShadow(t *testing.T) {
 			{Name: "dark", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}, Shadow: true},
 		}, nil)
 		for i := range 5 {
-			d := l.Allow(ctx, user("a"))
+			d := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 			if !d.Allowed {
 				t.Fatalf("request %d denied by %q; a shadow rule must not deny", i+1, d.Rule)
 			}
@@ -731,4 +731,12 @@ func TestSameNameOnOneStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// must is the outcome of a Decide call that cannot fail.
+func must(o floodgate.Outcome, err error) floodgate.Outcome {
+	if err != nil {
+		panic(err)
+	}
+	return o
 }

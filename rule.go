@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"context"
+	"maps"
 	"math/bits"
 	"time"
 
@@ -40,8 +41,7 @@ type Rule struct {
 	Key []string
 	// KeyFunc, when set, replaces Key: it derives the key from the request,
 	// and "" skips the rule. It is given a copy of the request's
-	// attributes that is recycled when it returns, so it must not keep
-	// the map.
+	// attributes, its own to keep.
 	KeyFunc func(Attributes) string
 	// Overrides replace Limit (and Burst) for requests whose attributes
 	// match; the first match wins.
@@ -49,7 +49,7 @@ type Rule struct {
 	// LimitFunc, when set, is consulted after Overrides: it returns the
 	// limit for this request, or 0 to keep the one found so far. Its error
 	// makes the decision a store failure under the failure policy. Like
-	// KeyFunc, it is lent a copy of the attributes and must not keep it.
+	// KeyFunc, it is given a copy of the attributes.
 	LimitFunc func(ctx context.Context, attrs Attributes) (int64, error)
 	// Shadow makes the rule report without enforcing: a shadow rule that
 	// would deny neither denies the decision nor consumes.
@@ -79,6 +79,7 @@ type compiledRule struct {
 	index  int
 	scope  string
 	params store.Params
+	shadow bool // the rule or its limiter runs dark
 }
 
 // withDefaults is the rule as given, with the defaults New applied.
@@ -220,9 +221,7 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (store.P
 		}
 	}
 	if c.LimitFunc != nil {
-		lent := lend(attrs)
-		l, err := c.LimitFunc(ctx, lent)
-		giveBack(lent)
+		l, err := c.LimitFunc(ctx, maps.Clone(attrs))
 		if err != nil {
 			return p, err
 		}

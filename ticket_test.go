@@ -23,7 +23,7 @@ func TestRefundAtMostOnce(t *testing.T) {
 			l, _ := memLimiter(t, []floodgate.Rule{
 				{Name: "r", Algorithm: alg, Limit: 3, Window: time.Minute, Key: []string{"user"}},
 			}, nil)
-			first := l.Allow(ctx, user("a"))
+			first := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 			l.Allow(ctx, user("a"))
 			tk := first.Ticket()
 			if !tk.Valid() || tk.Limiter != "test" || tk.Cost != 1 || len(tk.Entries) != 1 {
@@ -56,7 +56,7 @@ func TestRefundAfterTheWindowRolled(t *testing.T) {
 			l, clock := memLimiter(t, []floodgate.Rule{
 				{Name: "r", Algorithm: alg, Limit: 3, Window: time.Minute, Key: []string{"user"}},
 			}, nil)
-			first := l.Allow(ctx, user("a"))
+			first := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 			old := first.Ticket()
 			clock.Advance(time.Minute)
 			if d := l.Allow(ctx, user("a")); !d.Allowed || d.Remaining != 2 {
@@ -74,7 +74,7 @@ func TestRefundAfterTheWindowRolled(t *testing.T) {
 		l, clock := memLimiter(t, []floodgate.Rule{
 			{Name: "r", Algorithm: floodgate.TokenBucket, Limit: 3, Window: time.Minute, Key: []string{"user"}},
 		}, nil)
-		d, _ := l.AllowN(ctx, user("a"), 3)
+		d, _ := l.Decide(ctx, floodgate.ModeConsume, user("a"), 3)
 		clock.Advance(time.Minute) // full again
 		if err := l.Refund(ctx, d.Ticket()); err != nil {
 			t.Fatal(err)
@@ -90,7 +90,7 @@ func TestRefundReleasesAConcurrencyLease(t *testing.T) {
 	l, clock := memLimiter(t, []floodgate.Rule{
 		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: 2, Window: time.Minute, Key: []string{"user"}},
 	}, nil)
-	a := l.Allow(ctx, user("a"))
+	a := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 	clock.Advance(time.Second)
 	l.Allow(ctx, user("a"))
 	d := l.Allow(ctx, user("a"))
@@ -113,7 +113,7 @@ func TestLeaseTicket(t *testing.T) {
 		{Name: "per-minute", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}},
 		{Name: "in-flight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"user"}},
 	}, nil)
-	d := l.Allow(ctx, user("a"))
+	d := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 	lt := d.LeaseTicket()
 	if !lt.Valid() || len(lt.Entries) != 1 || lt.Entries[0].Rule != "in-flight" {
 		t.Fatalf("lease ticket = %+v, want the in-flight entry alone", lt)
@@ -124,11 +124,11 @@ func TestLeaseTicket(t *testing.T) {
 	if err := l.Refund(ctx, lt); err != nil {
 		t.Fatal(err)
 	}
-	d = l.Allow(ctx, user("a"))
+	d = must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 	if !d.Allowed {
 		t.Fatalf("after releasing the lease: %+v, want admitted", d)
 	}
-	for _, r := range d.Rules() {
+	for _, r := range d.Rules {
 		if r.Name == "per-minute" && r.Remaining != 8 {
 			t.Errorf("per-minute remaining = %d, want 8: the lease ticket gave back more than the lease", r.Remaining)
 		}
@@ -138,10 +138,10 @@ func TestLeaseTicket(t *testing.T) {
 	only, _ := memLimiter(t, []floodgate.Rule{
 		{Name: "per-minute", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}},
 	}, nil)
-	if lt := only.Allow(ctx, user("b")).LeaseTicket(); lt.Valid() {
+	if lt := must(only.Decide(ctx, floodgate.ModeConsume, user("b"), 1)).LeaseTicket(); lt.Valid() {
 		t.Errorf("a decision without leases gave a lease ticket %+v", lt)
 	}
-	if lt := only.Allow(ctx, user("b")).LeaseTicket(); lt.Valid() {
+	if lt := must(only.Decide(ctx, floodgate.ModeConsume, user("b"), 1)).LeaseTicket(); lt.Valid() {
 		t.Errorf("a denied decision gave a lease ticket %+v", lt)
 	}
 }
@@ -162,7 +162,7 @@ func TestRefundOfForeignAndEmptyTickets(t *testing.T) {
 	r2 := floodgate.Rule{Name: "r2", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute, Key: []string{"user"}}
 	a, b := newLimiter("a", r1, r2), newLimiter("b", r1, r2)
 
-	issued := a.Allow(ctx, user("u"))
+	issued := must(a.Decide(ctx, floodgate.ModeConsume, user("u"), 1))
 	tk := issued.Ticket()
 	if err := b.Refund(ctx, tk); !errors.Is(err, floodgate.ErrForeignTicket) {
 		t.Errorf("refund on another limiter = %v, want ErrForeignTicket", err)
@@ -173,7 +173,7 @@ func TestRefundOfForeignAndEmptyTickets(t *testing.T) {
 	if err := a.Refund(ctx, floodgate.Ticket{}); err != nil {
 		t.Errorf("refund of the zero ticket = %v, want nil", err)
 	}
-	denied, _ := a.AllowN(ctx, user("u"), 50)
+	denied, _ := a.Decide(ctx, floodgate.ModeConsume, user("u"), 50)
 	if denied.Ticket().Valid() {
 		t.Error("a denied decision returned a valid ticket")
 	}
@@ -202,7 +202,7 @@ func TestTicketBinaryRoundTrip(t *testing.T) {
 		{Name: "per-pair", Algorithm: floodgate.SlidingWindow, Limit: 5, Window: time.Minute, Key: []string{"tenant", "user"}},
 		{Name: "leases", Algorithm: floodgate.Concurrency, Limit: 5, Window: time.Minute},
 	}, nil)
-	d, _ := l.AllowN(context.Background(), floodgate.Attributes{"user": `a:b\c`, "tenant": "t"}, 2)
+	d, _ := l.Decide(context.Background(), floodgate.ModeConsume, floodgate.Attributes{"user": `a:b\c`, "tenant": "t"}, 2)
 	tk := d.Ticket()
 	got := cloneTicket(t, tk)
 	if !reflect.DeepEqual(got, tk) {
@@ -297,7 +297,7 @@ func TestConcurrentRefundsOfOneTicketApplyOnce(t *testing.T) {
 			l, _ := memLimiter(t, []floodgate.Rule{
 				{Name: "r", Algorithm: alg, Limit: 10, Window: time.Hour, Key: []string{"user"}},
 			}, nil)
-			d, _ := l.AllowN(ctx, user("a"), 4)
+			d, _ := l.Decide(ctx, floodgate.ModeConsume, user("a"), 4)
 			l.AllowN(ctx, user("a"), 4)
 			tk := d.Ticket()
 			var wg sync.WaitGroup
@@ -336,7 +336,7 @@ func TestConcurrencyLeasesUnderContention(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				d := l.Allow(ctx, user("a"))
+				d := must(l.Decide(ctx, floodgate.ModeConsume, user("a"), 1))
 				if !d.Allowed {
 					continue
 				}
