@@ -63,5 +63,3 @@ func (c *Fast) resync(mono int64) time.Time {
 	c.sync.Store(mono)
 	return now
 }
-
-
