@@ -3,7 +3,6 @@ package floodgate
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"maps"
 	"strings"
 )
 
@@ -20,6 +19,16 @@ func (a Attributes) matches(attrs Attributes) bool {
 		}
 	}
 	return true
+}
+
+// clone copies a for a rule's callback. (maps.Clone would make a escape:
+// it hands the map to the runtime as an interface value.)
+func (a Attributes) clone() Attributes {
+	c := make(Attributes, len(a))
+	for k, v := range a {
+		c[k] = v
+	}
+	return c
 }
 
 // globalKey is the key of a rule with no key attributes.
@@ -49,7 +58,7 @@ const digestPrefix = 48
 // method, and put every Attributes literal written in a call on the heap.
 func (c *compiledRule) keyFor(attrs Attributes) string {
 	if c.KeyFunc != nil {
-		return single(c.KeyFunc(maps.Clone(attrs)))
+		return single(c.KeyFunc(attrs.clone()))
 	}
 	switch len(c.Key) {
 	case 0:

@@ -105,6 +105,11 @@ type Limiter struct {
 	rules    []*compiledRule
 	byName   map[string]*compiledRule
 	leases   bool // a rule is Concurrency: consumes need a lease id
+	// keyAttr is the one attribute every keyed rule keys on, when there is
+	// one (AllowKey); plain says no rule has a KeyFunc, overrides or a
+	// LimitFunc, so AllowKey needs no Attributes at all.
+	keyAttr string
+	plain   bool
 	clock    Clock
 	policy   FailurePolicy
 	shadow   bool
@@ -195,6 +200,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		l.rules = append(l.rules, c)
 		l.leases = l.leases || r.Algorithm == Concurrency
 	}
+	l.keyAttr, l.plain = oneKey(l.rules)
 	if err := l.hold(opts.Replaces); err != nil {
 		return nil, err
 	}
@@ -239,7 +245,7 @@ func (l *Limiter) Breaker() BreakerState { return BreakerState(l.breaker.State()
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
-	return l.decide(ctx, ModeConsume, attrs, 1, false).Decision
+	return l.decide(ctx, ModeConsume, attrs, 1, nil)
 }
 
 // AllowN asks for n units. Every applicable rule must admit n for the
@@ -251,7 +257,7 @@ func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (Decisi
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decide(ctx, mode, attrs, n, false).Decision, nil
+	return l.decide(ctx, mode, attrs, n, nil), nil
 }
 
 // Peek reports whether n units would be admitted now, charging nothing.
@@ -260,7 +266,7 @@ func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (Decision
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decide(ctx, mode, attrs, n, false).Decision, nil
+	return l.decide(ctx, mode, attrs, n, nil), nil
 }
 
 // Record charges n units to every applicable rule without an admission
@@ -272,7 +278,56 @@ func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (Decisi
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decide(ctx, mode, attrs, n, false).Decision, nil
+	return l.decide(ctx, mode, attrs, n, nil), nil
+}
+
+// AllowKey asks for one unit for key: the call for a limiter whose rules
+// key on one attribute, a user id or a client IP, as Allow(ctx,
+// Attributes{name: key}) with that attribute's name, without building the
+// map. Rules without key attributes apply as always. On a limiter whose
+// rules key on several attributes or on a KeyFunc, the key's attribute is
+// unknown: the decision is then the failure policy's, with Err saying so.
+func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
+	if !l.plain {
+		if l.keyAttr == "" {
+			c := l.call(ModeConsume, 1)
+			return l.run(ctx, c, sprintfErr("floodgate: limiter %q: AllowKey needs rules keyed on one attribute at most", l.name), nil)
+		}
+		return l.decide(ctx, ModeConsume, Attributes{l.keyAttr: key}, 1, nil)
+	}
+	c := l.call(ModeConsume, 1)
+	key = single(key)
+	for _, r := range l.rules {
+		k := globalKey
+		if len(r.Key) == 1 {
+			if key == "" {
+				continue
+			}
+			k = key
+		}
+		c.b.Ops = append(c.b.Ops, store.Op{})
+		op := &c.b.Ops[len(c.b.Ops)-1]
+		op.Scope, op.Key, op.Params, op.Shadow = r.scope, k, r.params, r.shadow
+		c.rules = append(c.rules, r)
+	}
+	return l.run(ctx, c, nil, nil)
+}
+
+// oneKey returns the one attribute name the keyed rules key on ("" when
+// they key on several, composite keys, or a KeyFunc), and whether AllowKey
+// can decide without attributes (no rule needs them for anything else).
+func oneKey(rules []*compiledRule) (attr string, plain bool) {
+	plain = true
+	for _, r := range rules {
+		if r.KeyFunc != nil || len(r.Key) > 1 || len(r.Key) == 1 && attr != "" && r.Key[0] != attr {
+			return "", false
+		}
+		if len(r.Key) == 1 {
+			attr = r.Key[0]
+		}
+		plain = plain && r.Overrides == nil && r.LimitFunc == nil
+	}
+	return attr, plain
 }
 
 // Decide makes the decision that AllowN (ModeConsume), Peek (ModePeek) or
@@ -283,7 +338,9 @@ func (l *Limiter) Decide(ctx context.Context, mode Mode, attrs Attributes, n int
 	if err != nil {
 		return Outcome{}, err
 	}
-	return l.decide(ctx, mode, attrs, n, true), nil
+	var o Outcome
+	l.decide(ctx, mode, attrs, n, &o)
+	return o, nil
 }
 
 // check validates a decision's mode and cost: a consume of 0 is a peek of 1.
@@ -359,45 +416,54 @@ func (l *Limiter) call(mode store.Mode, cost int64) *call {
 	return c
 }
 
-// decide makes one decision: it builds the batch of the rules that apply to
-// attrs, applies it to the store (or, when the store cannot answer, to the
-// fallback or the failure policy) and reads the decision off the results.
-// The per-rule results are built only when detail is asked for or an
-// observer will see them.
-func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, detail bool) Outcome {
+// decide makes one decision for attrs. o, when not nil, receives it in
+// full.
+func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, o *Outcome) Decision {
 	c := l.call(mode, cost)
-	b := &c.b
-	o := Outcome{limiter: l.name, cost: cost}
 	err := l.build(ctx, c, attrs)
+	return l.run(ctx, c, err, o)
+}
+
+// run applies c, the batch of the rules that apply to a request (or the
+// error that stopped building it), to the store (or, when the store cannot
+// answer, to the fallback or the failure policy) and reads the decision off
+// the results. The per-rule results are built only for o or an observer.
+func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decision {
+	b := &c.b
+	var d Decision
 	switch {
 	case err != nil:
-		o.Decision = l.failed(ctx, c, err)
+		d = l.failed(ctx, c, err)
 	case len(b.Ops) == 0:
-		o.Allowed = true // no rule applies to this request
+		d.Allowed = true // no rule applies to this request
 	default:
-		if mode != ModePeek && (detail || l.leases) {
+		if b.Mode != ModePeek && (o != nil || l.leases) {
 			b.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 		}
-		o.id = b.Ticket
 		if err = l.apply(ctx, b); err != nil && l.fallback != nil {
 			l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, b.Now)
 			err = l.fallback.Apply(ctx, b)
 		}
 		if err != nil {
-			o.Decision = l.failed(ctx, c, err)
+			d = l.failed(ctx, c, err)
 		} else {
-			o.Decision = verdict(c)
+			d = verdict(c)
 		}
 	}
-	if detail || l.observer != nil {
-		o.Rules = ruleDecisions(c, o.Decision, err == nil)
+	if o == nil && l.observer == nil {
+		l.calls.Put(c)
+		return d
 	}
-	now := b.Now
+	full := Outcome{Decision: d, Rules: ruleDecisions(c, d, err == nil), limiter: l.name, id: b.Ticket, cost: b.Cost}
+	e := Event{Limiter: l.name, Mode: b.Mode, Cost: b.Cost, Time: b.Now, Outcome: full}
 	l.calls.Put(c)
-	if l.observer != nil {
-		l.observer(ctx, Event{Limiter: l.name, Mode: mode, Cost: cost, Time: now, Outcome: o})
+	if o != nil {
+		*o = full
 	}
-	return o
+	if l.observer != nil {
+		l.observer(ctx, e)
+	}
+	return d
 }
 
 // build adds an op to c for every rule that applies to attrs.

@@ -2,7 +2,6 @@ package floodgate
 
 import (
 	"context"
-	"maps"
 	"math/bits"
 	"time"
 
@@ -221,7 +220,7 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (store.P
 		}
 	}
 	if c.LimitFunc != nil {
-		l, err := c.LimitFunc(ctx, maps.Clone(attrs))
+		l, err := c.LimitFunc(ctx, attrs.clone())
 		if err != nil {
 			return p, err
 		}

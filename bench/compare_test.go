@@ -55,6 +55,7 @@ var contenders = []contender{
 	{"floodgate/token_bucket", floodgateSetup(floodgate.TokenBucket, false)},
 	{"floodgate/token_bucket/prebuilt-attrs", floodgateSetup(floodgate.TokenBucket, true)},
 	{"floodgate/token_bucket/literal-attrs", floodgateLiteralSetup},
+	{"floodgate/token_bucket/key", floodgateKeySetup},
 	{"floodgate/fixed_window", floodgateSetup(floodgate.FixedWindow, false)},
 	{"floodgate/gcra", floodgateSetup(floodgate.GCRA, false)},
 	{"x-time-rate/mutex-map", rateMutexMapSetup},
@@ -118,6 +119,20 @@ func floodgateLiteralSetup(tb testing.TB, keys []string) (func() allowFunc, func
 	}
 	return shared(func(ctx context.Context, i int) bool {
 		return l.Allow(ctx, floodgate.Attributes{"user": keys[i]}).Allowed
+	}), func() { st.Close() }
+}
+
+// floodgateKeySetup is the token bucket called with AllowKey, the README's
+// call for a limiter keyed on one attribute (the shape the peers take).
+func floodgateKeySetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+	st := memory.New(nil)
+	l, err := floodgate.New("bench", st, []floodgate.Rule{{Name: "per-user", Algorithm: floodgate.TokenBucket,
+		Key: []string{"user"}, Limit: 1_000_000_000, Window: time.Second}}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return shared(func(ctx context.Context, i int) bool {
+		return l.AllowKey(ctx, keys[i]).Allowed
 	}), func() { st.Close() }
 }
 
@@ -221,7 +236,7 @@ func httprateSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 func benchKeys() []string {
 	keys := make([]string, numKeys)
 	for i := range keys {
-		keys[i] = "user-" + strconv.Itoa(i)
+		keys[i] = "user:" + strconv.Itoa(i)
 	}
 	return keys
 }

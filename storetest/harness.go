@@ -175,10 +175,10 @@ func (h *harness) limitsFor(attrs floodgate.Attributes) []limits {
 }
 
 // consume asks for n units and compares the answer; it returns the decision.
-func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) floodgate.Decision {
+func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) floodgate.Outcome {
 	h.t.Helper()
 	h.logf("consume %v n=%d", attrs, n)
-	got, err := h.lim.AllowN(h.ctx, attrs, n)
+	got, err := h.lim.Decide(h.ctx, floodgate.ModeConsume, attrs, n)
 	if err != nil {
 		h.fail("AllowN(%d): %v", n, err)
 	}
@@ -195,16 +195,16 @@ func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) fl
 
 // peek asks whether n units would be admitted; n == 0 uses AllowN(0), the
 // peek at one unit.
-func (h *harness) peek(attrs floodgate.Attributes, keys []string, n int64) floodgate.Decision {
+func (h *harness) peek(attrs floodgate.Attributes, keys []string, n int64) floodgate.Outcome {
 	h.t.Helper()
 	h.logf("peek %v n=%d", attrs, n)
-	var got floodgate.Decision
+	var got floodgate.Outcome
 	var err error
 	if n == 0 {
-		got, err = h.lim.AllowN(h.ctx, attrs, 0)
+		got, err = h.lim.Decide(h.ctx, floodgate.ModeConsume, attrs, 0)
 		n = 1
 	} else {
-		got, err = h.lim.Peek(h.ctx, attrs, n)
+		got, err = h.lim.Decide(h.ctx, floodgate.ModePeek, attrs, n)
 	}
 	if err != nil {
 		h.fail("peek: %v", err)
@@ -214,13 +214,17 @@ func (h *harness) peek(attrs floodgate.Attributes, keys []string, n int64) flood
 	if got.Ticket().Valid() {
 		h.fail("peek returned a valid ticket")
 	}
+	// The lean call decides the same as Decide.
+	if lean, err := h.lim.Peek(h.ctx, attrs, n); err != nil || lean != got.Decision {
+		h.fail("Peek = %+v, %v; Decide's decision %+v", lean, err, got.Decision)
+	}
 	return got
 }
 
 func (h *harness) record(attrs floodgate.Attributes, keys []string, n int64) {
 	h.t.Helper()
 	h.logf("record %v n=%d", attrs, n)
-	got, err := h.lim.Record(h.ctx, attrs, n)
+	got, err := h.lim.Decide(h.ctx, floodgate.ModeRecord, attrs, n)
 	if err != nil {
 		h.fail("Record(%d): %v", n, err)
 	}
@@ -229,9 +233,9 @@ func (h *harness) record(attrs floodgate.Attributes, keys []string, n int64) {
 }
 
 // logResult adds the store's per-rule answers to the last trace line.
-func (h *harness) logResult(d floodgate.Decision) {
+func (h *harness) logResult(d floodgate.Outcome) {
 	var b strings.Builder
-	for _, r := range d.Rules() {
+	for _, r := range d.Rules {
 		fmt.Fprintf(&b, " [%s ok=%v rem=%d reset=%v retry=%v]", r.Name, r.Allowed, r.Remaining, r.ResetAfter, r.RetryAfter)
 	}
 	h.trace[len(h.trace)-1] += " →" + b.String()
@@ -284,7 +288,7 @@ func (h *harness) advance(us int64) {
 // to the keys meanwhile: time alone only ever frees capacity (windows roll,
 // buckets refill, leases lapse), so the latest rule to admit decides. For
 // concurrency it holds only because no lease is released in between.
-func (h *harness) probeRetry(attrs floodgate.Attributes, keys []string, n int64, d floodgate.Decision) {
+func (h *harness) probeRetry(attrs floodgate.Attributes, keys []string, n int64, d floodgate.Outcome) {
 	h.t.Helper()
 	retry := d.RetryAfter.Microseconds()
 	if retry < 1 {
@@ -301,9 +305,9 @@ func (h *harness) probeRetry(attrs floodgate.Attributes, keys []string, n int64,
 }
 
 // compare fails unless got is exactly what the model expects.
-func (h *harness) compare(op string, got floodgate.Decision, want outcome) {
+func (h *harness) compare(op string, got floodgate.Outcome, want outcome) {
 	h.t.Helper()
-	rules := got.Rules()
+	rules := got.Rules
 	if len(rules) != len(want.idx) {
 		h.fail("%s: %d rules applied, want %d", op, len(rules), len(want.idx))
 	}

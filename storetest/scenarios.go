@@ -40,9 +40,9 @@ func newFixture(t *testing.T, store *sharedStore, name string, opts *floodgate.O
 }
 
 // allow asks for n units (0 peeks).
-func (f *fixture) allow(attrs floodgate.Attributes, n int64) floodgate.Decision {
+func (f *fixture) allow(attrs floodgate.Attributes, n int64) floodgate.Outcome {
 	f.t.Helper()
-	d, err := f.lim.AllowN(f.ctx, attrs, n)
+	d, err := f.lim.Decide(f.ctx, floodgate.ModeConsume, attrs, n)
 	if err != nil {
 		f.t.Fatalf("AllowN(%v, %d): %v", attrs, n, err)
 	}
@@ -53,7 +53,7 @@ func (f *fixture) allow(attrs floodgate.Attributes, n int64) floodgate.Decision 
 }
 
 // admit asks for n units and fails unless they are admitted.
-func (f *fixture) admit(attrs floodgate.Attributes, n int64) floodgate.Decision {
+func (f *fixture) admit(attrs floodgate.Attributes, n int64) floodgate.Outcome {
 	f.t.Helper()
 	d := f.allow(attrs, n)
 	if !d.Allowed {
@@ -67,27 +67,27 @@ func (f *fixture) remaining(attrs floodgate.Attributes) map[string]int64 {
 	f.t.Helper()
 	d := f.allow(attrs, 0)
 	out := map[string]int64{}
-	for _, r := range d.Rules() {
+	for _, r := range d.Rules {
 		out[r.Name] = r.Remaining
 	}
 	return out
 }
 
-func (f *fixture) refund(d floodgate.Decision) {
+func (f *fixture) refund(d floodgate.Outcome) {
 	f.t.Helper()
 	if err := f.lim.Refund(f.ctx, d.Ticket()); err != nil {
 		f.t.Fatalf("Refund: %v", err)
 	}
 }
 
-func ruleOf(t *testing.T, d floodgate.Decision, name string) floodgate.RuleDecision {
+func ruleOf(t *testing.T, d floodgate.Outcome, name string) floodgate.RuleDecision {
 	t.Helper()
-	for _, r := range d.Rules() {
+	for _, r := range d.Rules {
 		if r.Name == name {
 			return r
 		}
 	}
-	t.Fatalf("decision has no rule %q: %+v", name, d.Rules())
+	t.Fatalf("decision has no rule %q: %+v", name, d.Rules)
 	return floodgate.RuleDecision{}
 }
 
@@ -246,10 +246,10 @@ func testNever(t *testing.T, newStore func(*testing.T) store.Store) {
 				counterRule("r", alg, 3, "user"))
 			x := floodgate.Attributes{"user": "x"}
 			f.admit(x, 1)
-			for _, ask := range []func() floodgate.Decision{
-				func() floodgate.Decision { return f.allow(x, 4) },
-				func() floodgate.Decision {
-					d, err := f.lim.Peek(f.ctx, x, 4)
+			for _, ask := range []func() floodgate.Outcome{
+				func() floodgate.Outcome { return f.allow(x, 4) },
+				func() floodgate.Outcome {
+					d, err := f.lim.Decide(f.ctx, floodgate.ModePeek, x, 4)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -403,7 +403,7 @@ func testRecord(t *testing.T, newStore func(*testing.T) store.Store) {
 			f := newFixture(t, store, "record-"+alg.String(), nil,
 				floodgate.Rule{Name: "r", Algorithm: alg, Limit: 4, Window: time.Second, Key: []string{"user"}})
 			f.admit(x, 1)
-			d, err := f.lim.Record(f.ctx, x, 7)
+			d, err := f.lim.Decide(f.ctx, floodgate.ModeRecord, x, 7)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -717,11 +717,11 @@ func testKeys(t *testing.T, newStore func(*testing.T) store.Store) {
 			counterRule("pair", floodgate.FixedWindow, 1, "a", "b"),
 			counterRule("single", floodgate.FixedWindow, 1, "a"))
 		d := f.admit(floodgate.Attributes{"a": "x"}, 1)
-		if rs := d.Rules(); len(rs) != 1 || rs[0].Name != "single" {
+		if rs := d.Rules; len(rs) != 1 || rs[0].Name != "single" {
 			t.Fatalf("request without b: rules %+v, want only single", rs)
 		}
 		d = f.admit(floodgate.Attributes{"b": "x", "a": ""}, 1)
-		if len(d.Rules()) != 0 || d.Rule != "" || d.Ticket().Valid() {
+		if len(d.Rules) != 0 || d.Rule != "" || d.Ticket().Valid() {
 			t.Fatalf("request with an empty a and no rule applying: %+v, want admitted by no rule", d)
 		}
 	})
@@ -761,7 +761,7 @@ func testKeys(t *testing.T, newStore func(*testing.T) store.Store) {
 		b.admit(k, 1)
 		d := c.admit(k, 1)
 		if ruleOf(t, d, "r2").Remaining != 1 {
-			t.Fatalf("rules of one limiter share a key's count: %+v", d.Rules())
+			t.Fatalf("rules of one limiter share a key's count: %+v", d.Rules)
 		}
 	})
 	t.Run("global_key", func(t *testing.T) {

@@ -164,7 +164,7 @@ func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	// 2. The key's requests and tokens per minute: one decision that
 	// counts the request (and holds one token unit until it is settled).
-	kd := g.keys.Allow(ctx, keyAttrs)
+	kd, _ := g.keys.Decide(ctx, floodgate.ModeConsume, keyAttrs, 1)
 	kt := kd.Ticket() // refunds or settles the admission
 	if !kd.Allowed {
 		writeProblem(w, http.StatusTooManyRequests, "Rate limited", fmt.Sprintf("API key over its %s limit of %d a minute", kd.Rule, kd.Limit), kd.RetryAfter)
@@ -301,9 +301,9 @@ func (g *llmGateway) usage(w http.ResponseWriter, r *http.Request) {
 	}
 	attrs := floodgate.Attributes{"key": key, "tenant": tenant}
 	left := func(l *floodgate.Limiter, attrs floodgate.Attributes) map[string]int64 {
-		d, _ := l.Peek(ctx, attrs, 1)
+		d, _ := l.Decide(ctx, floodgate.ModePeek, attrs, 1)
 		out := map[string]int64{}
-		for _, rd := range d.Rules() {
+		for _, rd := range d.Rules {
 			out[rd.Name] = rd.Remaining
 		}
 		return out

@@ -163,7 +163,7 @@ func BenchmarkAlgorithm(b *testing.B) {
 		b.ReportAllocs()
 		defer benchtool.ReportCPU(b, benchtool.CPU())
 		for b.Loop() {
-			d := l.Allow(ctx, attrs[r.Intn(len(attrs))])
+			d := must(l.Decide(ctx, floodgate.ModeConsume, attrs[r.Intn(len(attrs))], 1))
 			if !d.Allowed {
 				b.Fatal("denied")
 			}
@@ -184,7 +184,7 @@ func BenchmarkObserved(b *testing.B) {
 	var admitted atomic.Int64
 	l, err := floodgate.New("bench", st, []floodgate.Rule{benchTokenBucket}, &floodgate.Options{
 		Observer: func(_ context.Context, e floodgate.Event) {
-			if e.Decision.Allowed {
+			if e.Outcome.Allowed {
 				admitted.Add(1)
 			}
 		},
@@ -281,12 +281,12 @@ func TestSameKeyUnderManyRules(t *testing.T) {
 	ctx := context.Background()
 	a := floodgate.Attributes{"user": "alice"}
 	remaining := func() []int64 {
-		d, err := l.Peek(ctx, a, 1)
+		d, err := l.Decide(ctx, floodgate.ModePeek, a, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out []int64
-		for _, r := range d.Rules() {
+		for _, r := range d.Rules {
 			out = append(out, r.Remaining)
 		}
 		return out

@@ -258,7 +258,7 @@ func TestRefundOfAnEvictedKey(t *testing.T) {
 				rule.Align = floodgate.AlignClock // a recreated key shares the evicted key's window
 			}
 			l, _ := floodLimiter(t, store, rule)
-			taken, _ := l.AllowN(ctx, ip("victim"), 3)
+			taken, _ := l.Decide(ctx, floodgate.ModeConsume, ip("victim"), 3)
 			tk := taken.Ticket()
 			for i := range 10 * maxKeys {
 				l.Allow(ctx, ip(strconv.Itoa(i)))
@@ -282,7 +282,7 @@ func TestRefundOfAnEvictedKey(t *testing.T) {
 		store := memory.New(&memory.Options{MaxKeys: 8, Shards: 1, SweepInterval: -1})
 		defer store.Close()
 		l, _ := floodLimiter(t, store, perIP(floodgate.FixedWindow, 5, time.Hour))
-		taken := l.Allow(ctx, ip("victim"))
+		taken := must(l.Decide(ctx, floodgate.ModeConsume, ip("victim"), 1))
 		for i := range 80 {
 			l.Allow(ctx, ip(strconv.Itoa(i)))
 		}
@@ -334,4 +334,12 @@ func TestPeeksOfUnknownKeysEvictNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// must is the outcome of a Decide call that cannot fail.
+func must(o floodgate.Outcome, err error) floodgate.Outcome {
+	if err != nil {
+		panic(err)
+	}
+	return o
 }
