@@ -108,8 +108,8 @@ type Limiter struct {
 	// keyAttr is the one attribute every keyed rule keys on, when there is
 	// one (AllowKey); plain says no rule has a KeyFunc, overrides or a
 	// LimitFunc, so AllowKey needs no Attributes at all.
-	keyAttr string
-	plain   bool
+	keyAttr  string
+	plain    bool
 	clock    Clock
 	policy   FailurePolicy
 	shadow   bool
