@@ -33,14 +33,13 @@ func Example() {
 	}
 
 	ctx := context.Background()
-	alice := floodgate.Attributes{"user": "alice"}
 	for range 4 {
-		d := limiter.Allow(ctx, alice)
+		d := limiter.AllowKey(ctx, "user:alice")
 		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
 		clock.Advance(10 * time.Second)
 	}
-	// Bob has his own three.
-	d := limiter.Allow(ctx, floodgate.Attributes{"user": "bob"})
+	// Bob has his own three; Allow takes the same key as an attribute.
+	d := limiter.Allow(ctx, floodgate.Attributes{"user": "user:bob"})
 	fmt.Printf("bob: allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
 	// Output:
 	// allowed=true remaining=2 retry-after=0s

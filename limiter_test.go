@@ -740,3 +740,35 @@ func must(o floodgate.Outcome, err error) floodgate.Outcome {
 	}
 	return o
 }
+
+// AllowKey is Allow with the limiter's one key attribute: the same counts,
+// overrides and global rules, on both paths (with and without attributes
+// needed for overrides); a limiter keyed on several attributes refuses it
+// under its failure policy.
+func TestAllowKeyIsAllowOnTheKeyAttribute(t *testing.T) {
+	ctx := context.Background()
+	rules := []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}},
+		{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute},
+	}
+	withOverride := append([]floodgate.Rule(nil), rules...)
+	withOverride[0].Overrides = []floodgate.Override{{Match: floodgate.Attributes{"user": "vip"}, Limit: 4}}
+	for name, rs := range map[string][]floodgate.Rule{"plain": rules, "override": withOverride} {
+		t.Run(name, func(t *testing.T) {
+			byKey, _ := memLimiter(t, rs, nil)
+			byAttrs, _ := memLimiter(t, rs, nil)
+			for i, key := range []string{"vip", "vip", "a:b", "vip", "vip", "vip", "c"} {
+				got, want := byKey.AllowKey(ctx, key), byAttrs.Allow(ctx, user(key))
+				if got != want {
+					t.Fatalf("request %d (%q): AllowKey = %+v, Allow = %+v", i, key, got, want)
+				}
+			}
+		})
+	}
+	composite, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "pair", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"org", "user"}},
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
+	if d := composite.AllowKey(ctx, "ann"); d.Allowed || d.Reason != floodgate.ReasonStore || d.Err == nil {
+		t.Errorf("AllowKey on a composite-key limiter = %+v, want the failure policy with an error", d)
+	}
+}
