@@ -61,7 +61,7 @@ type Override struct {
 	Match Attributes
 	Limit int64
 	// Burst, when set, replaces the rule's Burst as well. When it is 0 the
-	// burst keeps the rule's proportion to its limit (see scaledBurst): a
+	// burst keeps the rule's proportion to its limit (rounded down, at least 1): a
 	// rule of 20/s with burst 40 overridden to 200/s bursts to 400.
 	Burst int64
 }
@@ -246,15 +246,15 @@ func burstFor(r Rule, limit, burst int64) int64 {
 	if burst != 0 {
 		return burst
 	}
-	return ScaledBurst(r.Limit, r.Burst, limit)
+	return scaledBurst(r.Limit, r.Burst, limit)
 }
 
-// ScaledBurst is the burst a token bucket or GCRA rule of the given limit
+// scaledBurst is the burst a token bucket or GCRA rule of the given limit
 // and burst (0: the limit) has under another limit that sets no burst of its
 // own (an override without one, a LimitFunc): the rule's proportion of burst
 // to limit, rounded down, at least 1. A rule that sets no burst bursts to
 // its limit, whatever the limit.
-func ScaledBurst(ruleLimit, ruleBurst, limit int64) int64 {
+func scaledBurst(ruleLimit, ruleBurst, limit int64) int64 {
 	if ruleBurst == 0 || ruleLimit <= 0 {
 		return limit
 	}

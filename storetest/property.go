@@ -32,7 +32,15 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 	if bucket && hr.override && rng.IntN(2) == 0 {
 		hr.overrideBurst = between(1, 3*alt)
 	}
-	burstOf := func(l int64) int64 { return floodgate.ScaledBurst(limit, hr.burst, l) }
+	// A limit that sets no burst keeps the rule's burst:limit ratio,
+	// rounded down, at least 1 (docs/semantics.md); the limits here are
+	// small enough for plain arithmetic.
+	burstOf := func(l int64) int64 {
+		if hr.burst == 0 {
+			return l
+		}
+		return max(1, hr.burst*l/limit)
+	}
 	hr.alts = []limits{{limit, burstOf(limit)}}
 	if hr.dynamic {
 		hr.alts = append(hr.alts, limits{alt, burstOf(alt)})
