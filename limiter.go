@@ -535,6 +535,18 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 // verdict reads the decision off the store's answers to c.
 func verdict(c *call) Decision {
 	ops := c.b.Ops
+	if len(ops) == 1 && !ops[0].Shadow { // the common case, without the search
+		r := &ops[0].Result
+		d := Decision{Allowed: r.Allowed, Rule: c.rules[0].Name, Limit: ops[0].Params.Limit,
+			Remaining: r.Remaining, ResetAfter: r.ResetAfter}
+		if !r.Allowed {
+			d.Reason, d.Never = ReasonLimit, r.Never
+			if !r.Never {
+				d.RetryAfter = r.RetryAfter
+			}
+		}
+		return d
+	}
 	var d Decision
 	d.Allowed = true
 	for i := range ops {
