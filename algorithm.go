@@ -21,7 +21,9 @@ const (
 	// TokenBucket admits.
 	GCRA = store.GCRA
 	// Concurrency allows at most Limit leases at once; a lease is released
-	// by refunding its ticket or lapses after Window.
+	// by refunding its ticket or lapses after Window. Ask with
+	// Limiter.Decide, whose Outcome.LeaseTicket releases the lease (Allow
+	// returns no ticket, so its leases lapse).
 	Concurrency = store.Concurrency
 )
 
