@@ -74,8 +74,9 @@ type Batch struct {
 	// Cost is the units asked for (>= 1 for consume and peek, >= 0 for record).
 	Cost int64
 	// Ticket identifies the decision: for Consume and Record it is
-	// the lease id for Concurrency rules; for Refund it is the ticket
-	// being refunded, which a store must refund at most once.
+	// the lease id for Concurrency rules (0 when the decision needs no
+	// ticket: no Concurrency rule, nobody asked for one); for Refund it is
+	// the ticket being refunded, which a store must refund at most once.
 	Ticket uint64
 	// Ops are the applicable rules, in the limiter's rule order.
 	Ops []Op
