@@ -43,4 +43,4 @@ bench-compare:
 	for i in $$(seq $(COUNT)); do \
 		$(BENCH_OUT)/compare.test -test.run '^$$' -test.bench '^BenchmarkCompare$$' -test.benchmem -test.benchtime=$(BENCHTIME) >> $(BENCH_OUT)/compare.txt || exit 1; \
 	done
-	cd bench && go run ./cmd/benchtable -base floodgate/token_bucket < $(BENCH_OUT)/compare.txt | tee $(BENCH_OUT)/compare.md
+	cd bench && go run ./cmd/benchtable -base floodgate/key < $(BENCH_OUT)/compare.txt | tee $(BENCH_OUT)/compare.md

@@ -1,10 +1,10 @@
 package bench
 
 // BenchmarkCompare drives floodgate's memory store and peer Go rate limiters
-// with the same workload: 10,000 keys drawn uniformly at random by a
-// per-goroutine generator, limits high enough that every request is
-// admitted, every key touched once before the timer starts, the system
-// clock. Each peer is used the way its documentation shows; notes on what
+// with the same workload: 10,000 keys shaped like user:N, drawn uniformly at
+// random by a per-goroutine generator, limits high enough that every
+// request is admitted, every key touched once before the timer starts, the
+// system clock. Each peer is used the way its documentation shows; notes on what
 // each one does (and does not do) per request are in docs/benchmarks.md.
 //
 // Besides ns/op (wall time) each run reports cpu-ns/op, the process's CPU
@@ -52,12 +52,9 @@ type contender struct {
 func shared(f allowFunc) func() allowFunc { return func() allowFunc { return f } }
 
 var contenders = []contender{
-	{"floodgate/token_bucket", floodgateSetup(floodgate.TokenBucket, false)},
-	{"floodgate/token_bucket/prebuilt-attrs", floodgateSetup(floodgate.TokenBucket, true)},
-	{"floodgate/token_bucket/literal-attrs", floodgateLiteralSetup},
-	{"floodgate/token_bucket/key", floodgateKeySetup},
-	{"floodgate/fixed_window", floodgateSetup(floodgate.FixedWindow, false)},
-	{"floodgate/gcra", floodgateSetup(floodgate.GCRA, false)},
+	{"floodgate/key", floodgateKeySetup(1)},
+	{"floodgate/attributes", floodgateAttrsSetup},
+	{"floodgate/key/3-rules", floodgateKeySetup(3)},
 	{"x-time-rate/mutex-map", rateMutexMapSetup},
 	{"x-time-rate/sync-map", rateSyncMapSetup},
 	{"ulule-limiter", ululeSetup},
@@ -66,73 +63,42 @@ var contenders = []contender{
 	{"httprate-local-counter", httprateSetup},
 }
 
-// floodgateSetup is one floodgate rule keyed on the "user" attribute over
-// the memory store with its defaults.
-//
-// floodgate takes a request's attributes as a map, where the peers take the
-// key string. By default each goroutine reuses one Attributes map and sets
-// the key in it per request (a map write the peers do not pay, but no
-// allocation): a server builds a request's attributes once, and they are
-// in cache when the limiter reads them. With prebuilt, every key has its
-// own map, built before the timer: no write, but a cold map per request.
-func floodgateSetup(alg floodgate.Algorithm, prebuilt bool) func(testing.TB, []string) (func() allowFunc, func()) {
+// benchRules are floodgate's rules keyed on the "user" attribute, over the
+// memory store with its defaults: a token bucket, then a fixed window and a
+// GCRA rule, all with limits high enough to admit everything.
+var benchRules = []floodgate.Rule{
+	{Name: "per-user", Algorithm: floodgate.TokenBucket, Key: []string{"user"}, Limit: 1_000_000_000, Window: time.Second},
+	{Name: "per-user-hour", Algorithm: floodgate.FixedWindow, Key: []string{"user"}, Limit: 1 << 40, Window: time.Hour},
+	{Name: "per-user-gcra", Algorithm: floodgate.GCRA, Key: []string{"user"}, Limit: 1_000_000_000, Window: time.Second},
+}
+
+// floodgateKeySetup is floodgate called as the README's quick start calls
+// it, lim.AllowKey(ctx, key), with the first n of benchRules.
+func floodgateKeySetup(n int) func(testing.TB, []string) (func() allowFunc, func()) {
 	return func(tb testing.TB, keys []string) (func() allowFunc, func()) {
-		r := floodgate.Rule{Name: "per-user", Algorithm: alg, Key: []string{"user"},
-			Limit: 1 << 40, Window: time.Hour}
-		if alg == floodgate.TokenBucket || alg == floodgate.GCRA {
-			r.Limit, r.Window = 1_000_000_000, time.Second
-		}
 		st := memory.New(nil)
-		l, err := floodgate.New("bench", st, []floodgate.Rule{r}, nil)
+		l, err := floodgate.New("bench", st, benchRules[:n], nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		done := func() { st.Close() }
-		if prebuilt {
-			attrs := make([]floodgate.Attributes, len(keys))
-			for i, k := range keys {
-				attrs[i] = floodgate.Attributes{"user": k}
-			}
-			return shared(func(ctx context.Context, i int) bool {
-				return l.Allow(ctx, attrs[i]).Allowed
-			}), done
-		}
-		return func() allowFunc {
-			attrs := floodgate.Attributes{"user": ""}
-			return func(ctx context.Context, i int) bool {
-				attrs["user"] = keys[i]
-				return l.Allow(ctx, attrs).Allowed
-			}
-		}, done
+		return shared(func(ctx context.Context, i int) bool {
+			return l.AllowKey(ctx, keys[i]).Allowed
+		}), func() { st.Close() }
 	}
 }
 
-// floodgateLiteralSetup is floodgateSetup's token bucket called the way the
-// README writes it, with an Attributes literal in the call. The map stays on
-// the caller's stack (no allocation) but is built per request.
-func floodgateLiteralSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+// floodgateAttrsSetup is the one-rule limiter called with an Attributes
+// literal in the call, as rules keyed on several attributes are called.
+// The map stays on the caller's stack (no allocation) but is built and read
+// per request, which the peers, taking a key string, do not pay.
+func floodgateAttrsSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	st := memory.New(nil)
-	l, err := floodgate.New("bench", st, []floodgate.Rule{{Name: "per-user", Algorithm: floodgate.TokenBucket,
-		Key: []string{"user"}, Limit: 1_000_000_000, Window: time.Second}}, nil)
+	l, err := floodgate.New("bench", st, benchRules[:1], nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return shared(func(ctx context.Context, i int) bool {
 		return l.Allow(ctx, floodgate.Attributes{"user": keys[i]}).Allowed
-	}), func() { st.Close() }
-}
-
-// floodgateKeySetup is the token bucket called with AllowKey, the README's
-// call for a limiter keyed on one attribute (the shape the peers take).
-func floodgateKeySetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
-	st := memory.New(nil)
-	l, err := floodgate.New("bench", st, []floodgate.Rule{{Name: "per-user", Algorithm: floodgate.TokenBucket,
-		Key: []string{"user"}, Limit: 1_000_000_000, Window: time.Second}}, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return shared(func(ctx context.Context, i int) bool {
-		return l.AllowKey(ctx, keys[i]).Allowed
 	}), func() { st.Close() }
 }
 

@@ -12,7 +12,7 @@
 // Usage:
 //
 //	go test -run '^$' -bench Compare -benchmem -count 5 | tee out.txt
-//	go run ./cmd/benchtable -base floodgate/token_bucket < out.txt
+//	go run ./cmd/benchtable -base floodgate/key < out.txt
 package main
 
 import (
@@ -28,7 +28,7 @@ import (
 )
 
 func main() {
-	base := flag.String("base", "floodgate/token_bucket", "row the ratios are taken against")
+	base := flag.String("base", "floodgate/key", "row the ratios are taken against")
 	flag.Parse()
 	runs, order, err := parse(os.Stdin)
 	if err != nil {
