@@ -34,7 +34,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
-	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/internal/admission"
+	"github.com/floodgate-go/floodgate/internal/quota"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -115,6 +116,19 @@ func FromContext(f func(ctx context.Context) string) KeyFunc {
 	return func(ctx context.Context, _ string) string { return f(ctx) }
 }
 
+// Count says which admitted calls keep their charge.
+type Count uint8
+
+const (
+	// CountAll charges every admitted call (the default).
+	CountAll Count = iota
+	// CountFailures refunds calls that succeeded, so only failures count:
+	// a login method limited on wrong credentials.
+	CountFailures
+	// CountSuccesses refunds calls that failed, so only successes count.
+	CountSuccesses
+)
+
 // Options configure an Interceptor.
 type Options struct {
 	// Attributes name the call attributes the limiter's rules are keyed on,
@@ -124,11 +138,11 @@ type Options struct {
 	// OmitQuotaMetadata leaves "ratelimit-policy" and "ratelimit" out of
 	// the metadata.
 	OmitQuotaMetadata bool
-	// Count selects which admitted calls keep their charge, as in
-	// httplimit: httplimit.CountAll (the default), CountFailures (a login
-	// method that counts failed attempts only) or CountSuccesses; the
-	// others are refunded when the handler returns.
-	Count httplimit.Count
+	// Count selects which admitted calls keep their charge: CountAll (the
+	// default), CountFailures (a login method that counts failed attempts
+	// only) or CountSuccesses; the others are refunded when the handler
+	// returns.
+	Count Count
 	// Failed classifies a handler's error for Count; nil means any non-nil
 	// error is a failure.
 	Failed func(err error) bool
@@ -168,16 +182,15 @@ func AddCost(ctx context.Context, n int64) bool {
 // concurrent use.
 type Interceptor struct {
 	limiter *floodgate.Limiter
+	gate    *admission.Gate
 	attrs   []namedKey
-	quota   *httplimit.Quota
+	quota   *quota.Formatter
 	noQuota bool
-	count   httplimit.Count
+	count   Count
 	failed  func(error) bool
 	charge  bool
+	leased  bool // a rule's units are leases (Concurrency)
 	pool    sync.Pool
-	// With ChargeAfter and Concurrency rules: the views that hold the
-	// handler's lease and take the usage after (floodgate.SplitLeases).
-	leases, rest *floodgate.Limiter
 }
 
 type namedKey struct {
@@ -196,13 +209,13 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 		opts = &Options{}
 	}
 	in := &Interceptor{
-		limiter: l, quota: httplimit.NewQuota(l), noQuota: opts.OmitQuotaMetadata,
+		limiter: l, quota: quota.New(l), noQuota: opts.OmitQuotaMetadata,
 		count: opts.Count, failed: opts.Failed, charge: opts.ChargeAfter,
 	}
-	if in.count > httplimit.CountSuccesses {
+	if in.count > CountSuccesses {
 		return nil, fmt.Errorf("grpclimit: limiter %q: unknown Count %d", l.Name(), in.count)
 	}
-	if in.charge && in.count != httplimit.CountAll {
+	if in.charge && in.count != CountAll {
 		return nil, fmt.Errorf("grpclimit: limiter %q: ChargeAfter charges after the handler; it cannot be combined with Count", l.Name())
 	}
 	if in.failed == nil {
@@ -224,11 +237,11 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 			}
 		}
 	}
-	if in.charge && slices.ContainsFunc(l.Rules(), func(r floodgate.Rule) bool { return r.Algorithm == floodgate.Concurrency }) {
-		var err error
-		if in.leases, in.rest, err = l.SplitLeases(); err != nil {
-			return nil, fmt.Errorf("grpclimit: limiter %q: %w", l.Name(), err)
-		}
+	in.leased = slices.ContainsFunc(l.Rules(), func(r floodgate.Rule) bool { return r.Algorithm == floodgate.Concurrency })
+	var err error
+	in.gate, err = admission.New(l, admission.Options{Rules: !in.noQuota, Refunds: in.count != CountAll, ChargeAfter: in.charge})
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: limiter %q: %w", l.Name(), err)
 	}
 	n := len(in.attrs)
 	in.pool.New = func() any { return make(floodgate.Attributes, n) }
@@ -289,81 +302,63 @@ var errPanicked = errors.New("grpclimit: handler panicked")
 // handler's error when the admitted call ends.
 func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (context.Context, func(error), error) {
 	attrs := in.pool.Get().(floodgate.Attributes)
-	for _, a := range in.attrs {
-		if v := a.f(ctx, method); v != "" {
-			attrs[a.name] = v
+	for _, k := range in.attrs {
+		if v := k.f(ctx, method); v != "" {
+			attrs[k.name] = v
 		}
 	}
-	var d, lease floodgate.Decision
+	a := in.gate.Admit(ctx, attrs)
+	err := in.report(&a, setHeader, setTrailer)
+	if !in.charge || err != nil { // only the charge after the handler needs attrs
+		clear(attrs)
+		in.pool.Put(attrs)
+	}
+	if err != nil {
+		return ctx, nil, err
+	}
+	// Each closure holds its own copy of a, so that calls with nothing to
+	// settle keep theirs on the stack.
 	switch {
-	case in.charge && in.leases != nil:
-		// The handler holds its in-flight slot; the other rules must
-		// admit one unit and are charged its usage after.
-		lease = in.leases.Allow(ctx, attrs)
-		d = lease
-		if lease.Allowed && in.rest != nil {
-			d, _ = in.rest.Peek(ctx, attrs, 1)
-			if !d.Allowed {
-				in.releaseLease(ctx, &lease)
-			}
-		}
 	case in.charge:
-		d, _ = in.limiter.Peek(ctx, attrs, 1) // cost 1 is always valid
-	default:
-		d = in.limiter.Allow(ctx, attrs)
+		a := a
+		parent, _ := ctx.Value(costKey{}).(*usage)
+		u := &usage{parent: parent}
+		return context.WithValue(ctx, costKey{}, u), func(error) {
+			a.End(ctx, false, u.n.Load())
+			clear(attrs)
+			in.pool.Put(attrs)
+		}, nil
+	case a.Outcome.Reason == floodgate.ReasonStore:
+		return ctx, noop, nil // nothing was charged
+	case in.count != CountAll:
+		a := a
+		return ctx, func(herr error) {
+			a.End(ctx, in.failed(herr) == (in.count == CountSuccesses), 0) // the whole charge comes back, or the leases
+		}, nil
+	case in.leased:
+		a := a
+		return ctx, func(error) { a.End(ctx, false, 0) }, nil // releases the leases
 	}
-	keep := in.charge && d.Allowed // the charge after the handler needs attrs
-	if !keep {
-		clear(attrs)
-		in.pool.Put(attrs)
-	}
-	release, err := in.decided(ctx, &d, setHeader, setTrailer)
-	if !keep || err != nil {
-		return ctx, release, err
-	}
-	parent, _ := ctx.Value(costKey{}).(*usage)
-	u := &usage{parent: parent}
-	charged := in.limiter
-	if in.leases != nil {
-		charged = in.rest // a record into the whole limiter would add a lease never released
-	}
-	return context.WithValue(ctx, costKey{}, u), func(herr error) {
-		release(herr)
-		if in.leases != nil {
-			in.releaseLease(ctx, &lease)
-		}
-		if n := u.n.Load(); n > 0 && charged != nil {
-			charged.Record(context.WithoutCancel(ctx), attrs, n)
-		}
-		clear(attrs)
-		in.pool.Put(attrs)
-	}, nil
+	return ctx, noop, nil
 }
 
-// releaseLease gives back the lease a ChargeAfter call held.
-func (in *Interceptor) releaseLease(ctx context.Context, d *floodgate.Decision) {
-	if t := d.LeaseTicket(); t.Valid() {
-		in.leases.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
-	}
-}
-
-// decided turns the decision d into the call's metadata and either the
-// status error of a refused call or the function to run with the handler's
-// error when the admitted call ends.
-func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHeader, setTrailer func(metadata.MD) error) (func(error), error) {
+// report sets the call's metadata from its decision and returns the status
+// error of a refused call.
+func (in *Interceptor) report(a *admission.Admission, setHeader, setTrailer func(metadata.MD) error) error {
+	d := &a.Outcome
 	if d.Reason == floodgate.ReasonStore {
 		if d.Allowed {
-			return noop, nil
+			return nil
 		}
-		secs := httplimit.RetryAfterSeconds(d.RetryAfter)
+		secs := quota.Seconds(d.RetryAfter)
 		md := metadata.Pairs(MetadataRetryAfter, strconv.FormatInt(secs, 10))
 		setHeader(md)
 		setTrailer(md)
-		return nil, withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Duration(secs)*time.Second, nil)
+		return withRetry(status.New(codes.Unavailable, "rate limiter unavailable"), time.Duration(secs)*time.Second, nil)
 	}
 	var md metadata.MD
 	if !in.noQuota {
-		if pol, lim := in.quota.Format(d); pol != "" {
+		if pol, lim := in.quota.Fields(d.Rules); pol != "" {
 			md = metadata.Pairs(MetadataRateLimitPolicy, pol, MetadataRateLimit, lim)
 		}
 	}
@@ -371,23 +366,7 @@ func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHe
 		if md != nil {
 			setHeader(md)
 		}
-		if in.count != httplimit.CountAll {
-			t := d.Ticket()
-			leases := d.LeaseTicket()
-			return func(err error) {
-				refund := leases
-				if in.failed(err) == (in.count == httplimit.CountSuccesses) {
-					refund = t // the whole charge comes back
-				}
-				if refund.Valid() {
-					in.limiter.Refund(context.WithoutCancel(ctx), refund)
-				}
-			}, nil
-		}
-		if t := d.LeaseTicket(); t.Valid() {
-			return func(error) { in.limiter.Refund(context.WithoutCancel(ctx), t) }, nil
-		}
-		return noop, nil
+		return nil
 	}
 	if md == nil {
 		md = metadata.MD{}
@@ -397,22 +376,20 @@ func (in *Interceptor) decided(ctx context.Context, d *floodgate.Decision, setHe
 	if d.Never {
 		msg = "rate limit exceeded: the call costs more than the limit can ever admit"
 	} else {
-		secs := httplimit.RetryAfterSeconds(d.RetryAfter)
+		secs := quota.Seconds(d.RetryAfter)
 		md.Set(MetadataRetryAfter, strconv.FormatInt(secs, 10))
 		wait = d.RetryAfter
 	}
 	setHeader(md)
 	setTrailer(md)
 	qf := &errdetails.QuotaFailure{}
-	for _, r := range d.Rules() {
-		if !r.Allowed && !r.Shadow {
-			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
-				Subject:     in.limiter.Name() + "/" + r.Name,
-				Description: fmt.Sprintf("limit %d per rule window exceeded", r.Limit),
-			})
-		}
-	}
-	return nil, withRetry(status.New(codes.ResourceExhausted, msg), wait, qf)
+	a.Violated(func(name string, limit int64) {
+		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+			Subject:     in.limiter.Name() + "/" + name,
+			Description: fmt.Sprintf("limit %d per rule window exceeded", limit),
+		})
+	})
+	return withRetry(status.New(codes.ResourceExhausted, msg), wait, qf)
 }
 
 // withRetry adds the retry delay (when positive) and the quota failure (when

@@ -13,7 +13,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
-	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -133,6 +132,53 @@ func TestUnaryDeniedWithRetryInfo(t *testing.T) {
 	clock.Advance(wait) // the exact delay is enough
 	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("retry after RetryInfo delay: %v", err)
+	}
+}
+
+// Without quota metadata a denial still names every rule that denied, for
+// a one-rule limiter (asked with Allow) and one of several (with Decide).
+func TestOmitQuotaMetadataNamesViolatedRules(t *testing.T) {
+	rule := func(name string, limit int64) floodgate.Rule {
+		return floodgate.Rule{Name: name, Algorithm: floodgate.FixedWindow, Limit: limit, Window: time.Minute, Key: []string{"ip"}}
+	}
+	for _, tt := range []struct {
+		name  string
+		rules []floodgate.Rule
+		want  string
+	}{
+		{"one rule", []floodgate.Rule{rule("per-ip", 1)}, "rpc/per-ip"},
+		{"both deny", []floodgate.Rule{rule("a", 1), rule("b", 1)}, "rpc/a,rpc/b"},
+		{"second denies", []floodgate.Rule{rule("a", 5), rule("b", 1)}, "rpc/b"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, _, _ := newLimiter(t, tt.rules)
+			client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, OmitQuotaMetadata: true}))
+			var hdr metadata.MD
+			if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+				t.Fatal(err)
+			}
+			if got := hdr.Get(MetadataRateLimit); len(got) != 0 {
+				t.Errorf("ratelimit metadata %q", got)
+			}
+			_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+			if status.Code(err) != codes.ResourceExhausted || retryDelay(t, err) != time.Minute {
+				t.Fatalf("second call: %v", err)
+			}
+			if got := strings.Join(hdr.Get(MetadataRetryAfter), ""); got != "60" {
+				t.Errorf("retry-after = %q", got)
+			}
+			var violated []string
+			for _, d := range status.Convert(err).Details() {
+				if qf, ok := d.(*errdetails.QuotaFailure); ok {
+					for _, v := range qf.Violations {
+						violated = append(violated, v.Subject)
+					}
+				}
+			}
+			if got := strings.Join(violated, ","); got != tt.want {
+				t.Errorf("QuotaFailure subjects = %s, want %s", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -278,7 +324,7 @@ func TestNewErrors(t *testing.T) {
 	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": nil}}); err == nil {
 		t.Error("nil KeyFunc accepted")
 	}
-	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, ChargeAfter: true, Count: httplimit.CountFailures}); err == nil ||
+	if _, err := New(lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, ChargeAfter: true, Count: CountFailures}); err == nil ||
 		!strings.Contains(err.Error(), "ChargeAfter") {
 		t.Errorf("ChargeAfter with Count: %v", err)
 	}
@@ -300,7 +346,7 @@ func TestCountFailuresOnly(t *testing.T) {
 	lim, _, _ := newLimiter(t, []floodgate.Rule{
 		{Name: "failures", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"ip"}},
 	})
-	in := mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, Count: httplimit.CountFailures})
+	in := mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"ip": PeerIP(nil)}, Count: CountFailures})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -450,11 +496,11 @@ func TestChargeAfterWithConcurrency(t *testing.T) {
 	if status.Code(inner) != codes.ResourceExhausted {
 		t.Fatalf("overlapping call: %v, want ResourceExhausted", inner)
 	}
-	d, err := lim.Peek(context.Background(), floodgate.Attributes{"ip": "127.0.0.1"}, 1)
+	o, err := lim.Decide(context.Background(), floodgate.ModePeek, floodgate.Attributes{"ip": "127.0.0.1"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range d.Rules() {
+	for _, r := range o.Rules {
 		want := map[string]int64{"in-flight": 1, "tokens": 70}[r.Name]
 		if r.Remaining != want {
 			t.Errorf("after the call: %s has %d left, want %d (lease released, 30 tokens charged)", r.Name, r.Remaining, want)

@@ -32,7 +32,7 @@ func IsSubrequest(ctx context.Context) bool {
 // state is what a middleware shares with the handler through the request
 // context.
 type state struct {
-	decision *floodgate.Decision
+	decision *floodgate.Outcome
 	cost     atomic.Int64
 }
 
@@ -56,9 +56,10 @@ func AddCost(ctx context.Context, n int64) bool {
 }
 
 // DecisionFrom returns the decision of the innermost rate-limit middleware
-// that made one available: to an OnLimited handler, and to handlers behind a
-// ChargeAfter middleware.
-func DecisionFrom(ctx context.Context) (*floodgate.Decision, bool) {
+// that made one available, with every applied rule's result: to an
+// OnLimited handler, and to handlers behind a ChargeAfter middleware. It is
+// the caller's to keep.
+func DecisionFrom(ctx context.Context) (*floodgate.Outcome, bool) {
 	st, ok := ctx.Value(stateKey{}).(*stateLink)
 	if !ok || st.s.decision == nil {
 		return nil, false

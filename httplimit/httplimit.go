@@ -50,7 +50,6 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -58,6 +57,8 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/admission"
+	"github.com/floodgate-go/floodgate/internal/quota"
 )
 
 // Kind says what a middleware's limiter limits, which decides whether
@@ -109,17 +110,20 @@ type Options struct {
 	ChargeAfter bool
 	// OnLimited, when set, answers requests the rules denied instead of the
 	// default problem+json body. Retry-After, Cache-Control and the quota
-	// headers are already set; DecisionFrom gives it the decision. It
-	// should answer 429.
+	// headers are already set; DecisionFrom gives it the decision, with
+	// every rule's result. It should answer 429.
 	OnLimited http.Handler
 	// FailureStatus is the status of requests denied because the store
 	// failed under FailClosed: http.StatusServiceUnavailable (the default)
 	// or http.StatusTooManyRequests.
 	FailureStatus int
-	// OmitQuotaHeaders leaves out RateLimit-Policy and RateLimit.
+	// OmitQuotaHeaders leaves out RateLimit-Policy and RateLimit (and
+	// the legacy headers). Requests then cost less: with no Concurrency
+	// rule, Count, ChargeAfter or OnLimited, a one-rule limiter is asked
+	// with Limiter.Allow, which builds no per-rule results.
 	OmitQuotaHeaders bool
 	// LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset for the
-	// binding rule.
+	// binding rule to the quota headers.
 	LegacyHeaders bool
 	// Clock is the time X-RateLimit-Reset is counted from; nil means the
 	// system clock. Pass the limiter's clock.
@@ -130,6 +134,7 @@ type Options struct {
 // it is safe for concurrent use.
 type Middleware struct {
 	limiter       *floodgate.Limiter
+	gate          *admission.Gate
 	attrs         []namedKey
 	kind          Kind
 	count         Count
@@ -137,15 +142,12 @@ type Middleware struct {
 	chargeAfter   bool
 	onLimited     http.Handler
 	failureStatus int
-	quota         bool
+	withQuota     bool
 	legacy        bool
 	clock         floodgate.Clock
-	quotaFmt      *Quota
+	quota         *quota.Formatter
 	anyLeases     bool      // a rule's units are leases (Concurrency)
 	pool          sync.Pool // floodgate.Attributes
-	// With ChargeAfter and Concurrency rules: the views that hold the
-	// handler's lease and take the usage after (floodgate.SplitLeases).
-	leases, rest *floodgate.Limiter
 }
 
 type namedKey struct {
@@ -172,10 +174,10 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 		chargeAfter:   opts.ChargeAfter,
 		onLimited:     opts.OnLimited,
 		failureStatus: opts.FailureStatus,
-		quota:         !opts.OmitQuotaHeaders,
+		withQuota:     !opts.OmitQuotaHeaders,
 		legacy:        opts.LegacyHeaders,
 		clock:         opts.Clock,
-		quotaFmt:      NewQuota(l),
+		quota:         quota.New(l),
 	}
 	where := fmt.Sprintf("httplimit: limiter %q", l.Name())
 	if m.kind > Cost {
@@ -220,11 +222,16 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 			}
 		}
 	}
-	if m.chargeAfter && m.anyLeases {
-		var err error
-		if m.leases, m.rest, err = l.SplitLeases(); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
-		}
+	var err error
+	m.gate, err = admission.New(l, admission.Options{
+		// Quota headers name every rule; DecisionFrom gives handlers
+		// the whole outcome.
+		Rules:       m.withQuota || m.onLimited != nil || m.chargeAfter,
+		Refunds:     m.count != CountAll,
+		ChargeAfter: m.chargeAfter,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	n := len(m.attrs)
 	m.pool.New = func() any { return make(floodgate.Attributes, n) }
@@ -272,69 +279,43 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer m.release(attrs)
 	m.fill(attrs, r)
 
-	var d, lease floodgate.Decision
-	switch {
-	case m.leases != nil:
-		// The handler holds its in-flight slot; the other rules must
-		// admit one unit and are charged its usage after.
-		lease = m.leases.Allow(ctx, attrs)
-		d = lease
-		if lease.Allowed && m.rest != nil {
-			d, _ = m.rest.Peek(ctx, attrs, 1)
-			if !d.Allowed {
-				m.releaseLease(ctx, &lease)
-			}
-		}
-	case m.chargeAfter:
-		d, _ = m.limiter.Peek(ctx, attrs, 1) // cost 1 is always valid
-	default:
-		d = m.limiter.Allow(ctx, attrs)
-	}
+	a := m.gate.Admit(ctx, attrs)
+	d := &a.Outcome
 	h := w.Header()
 	if !d.Allowed {
 		h.Set("Cache-Control", "no-store")
 		if d.Reason == floodgate.ReasonStore {
-			h.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+			h.Set(HeaderRetryAfter, strconv.FormatInt(quota.Seconds(d.RetryAfter), 10))
 			writeUnavailable(w, m.failureStatus)
 			return
 		}
-		if m.quota {
-			m.writeQuota(h, &d)
+		if m.withQuota {
+			m.writeQuota(h, d)
 		}
 		if !d.Never {
-			h.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(d.RetryAfter), 10))
+			h.Set(HeaderRetryAfter, strconv.FormatInt(quota.Seconds(d.RetryAfter), 10))
 		}
 		if m.onLimited != nil {
-			st := &state{decision: heapCopy(&d)}
+			st := &state{decision: heapCopy(d)}
 			m.onLimited.ServeHTTP(w, r.WithContext(withState(ctx, st, false)))
 			return
 		}
-		writeDenied(w, &d)
+		writeDenied(w, &a)
 		return
 	}
-	if m.quota && d.Reason != floodgate.ReasonStore {
-		m.writeQuota(h, &d)
-		if m.rest != nil && lease.Reason != floodgate.ReasonStore {
-			m.writeQuota(h, &lease)
+	if m.withQuota && d.Reason != floodgate.ReasonStore {
+		m.writeQuota(h, d)
+		if a.Lease.Allowed && a.Lease.Reason != floodgate.ReasonStore {
+			m.writeQuota(h, &a.Lease)
 		}
 	}
 
 	switch {
 	case m.chargeAfter:
-		st := &state{decision: heapCopy(&d)}
-		charged := m.limiter
-		if m.leases != nil {
-			charged = m.rest
-			defer m.releaseLease(ctx, &lease)
-		}
-		defer func() {
-			if n := st.cost.Load(); n > 0 && charged != nil {
-				charged.Record(context.WithoutCancel(ctx), attrs, n)
-			}
-		}()
+		st := &state{decision: heapCopy(d)}
+		defer func() { a.End(ctx, false, st.cost.Load()) }()
 		next.ServeHTTP(w, r.WithContext(withState(ctx, st, true)))
 	case m.count != CountAll:
-		dc := heapCopy(&d)
 		sw := &statusWriter{ResponseWriter: w}
 		done := false
 		defer func() {
@@ -343,45 +324,23 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				status = http.StatusInternalServerError // the handler panicked
 			}
 			failed := m.failed(status)
-			all := failed == (m.count == CountSuccesses)
-			m.refund(ctx, dc, all)
+			a.End(ctx, failed == (m.count == CountSuccesses), 0)
 		}()
 		next.ServeHTTP(sw, r)
 		done = true
 	case m.anyLeases:
-		if t := d.LeaseTicket(); t.Valid() {
-			defer m.limiter.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
-		}
+		defer a.End(ctx, false, 0) // releases the leases
 		next.ServeHTTP(w, r)
 	default:
 		next.ServeHTTP(w, r)
 	}
 }
 
-// refund gives back the whole decision (all), or only its Concurrency
-// leases.
-func (m *Middleware) refund(ctx context.Context, d *floodgate.Decision, all bool) {
-	t := d.LeaseTicket()
-	if all {
-		t = d.Ticket()
-	}
-	if t.Valid() {
-		m.limiter.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
-	}
-}
-
-// releaseLease gives back the lease a ChargeAfter request held.
-func (m *Middleware) releaseLease(ctx context.Context, d *floodgate.Decision) {
-	if t := d.LeaseTicket(); t.Valid() {
-		m.leases.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
-	}
-}
-
-// heapCopy copies a decision that must outlive the stack frame, so that the
+// heapCopy copies an outcome that must outlive the stack frame, so that the
 // common path keeps its own on the stack.
-func heapCopy(d *floodgate.Decision) *floodgate.Decision {
-	c := new(floodgate.Decision)
-	*c = *d
+func heapCopy(o *floodgate.Outcome) *floodgate.Outcome {
+	c := new(floodgate.Outcome)
+	*c = *o
 	return c
 }
 

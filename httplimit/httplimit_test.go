@@ -148,6 +148,40 @@ func TestDeniedAfterLimit(t *testing.T) {
 	}
 }
 
+// Without quota headers a denial still names every rule that denied:
+// a one-rule limiter is asked with Allow, whose decision names its rule,
+// a limiter of several rules with Decide.
+func TestOmitQuotaHeadersNamesViolatedRules(t *testing.T) {
+	rule := func(name string, limit int64, shadow bool) floodgate.Rule {
+		return floodgate.Rule{Name: name, Algorithm: floodgate.FixedWindow, Limit: limit, Window: time.Minute, Key: []string{"ip"}, Shadow: shadow}
+	}
+	for _, tt := range []struct {
+		name  string
+		rules []floodgate.Rule
+		want  string
+	}{
+		{"one rule", []floodgate.Rule{rule("per-ip", 1, false)}, `["per-ip"]`},
+		{"both deny", []floodgate.Rule{rule("a", 1, false), rule("b", 1, false)}, `["a","b"]`},
+		{"second denies", []floodgate.Rule{rule("a", 5, false), rule("b", 1, false)}, `["b"]`},
+		{"shadow never", []floodgate.Rule{rule("s", 1, true), rule("e", 1, false)}, `["e"]`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.rules, nil)
+			srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"ip": ClientIP(nil)}, OmitQuotaHeaders: true}, ok)
+			if res := get(t, srv.URL); res.status != 200 || res.header.Get(HeaderRateLimit) != "" {
+				t.Fatalf("first: %d, RateLimit %q", res.status, res.header.Get(HeaderRateLimit))
+			}
+			res := get(t, srv.URL)
+			if res.status != 429 || res.header.Get(HeaderRetryAfter) != "60" || res.header.Get(HeaderRateLimitPolicy) != "" {
+				t.Errorf("second: %d, headers %v", res.status, res.header)
+			}
+			if !strings.Contains(res.body, `"violated-policies":`+tt.want+`}`) {
+				t.Errorf("body %s, want violated-policies %s", res.body, tt.want)
+			}
+		})
+	}
+}
+
 // The quota headers of a multi-rule limiter parse as RFC 9651 Lists, one
 // item per applied rule, with integer parameters.
 func TestQuotaHeadersAreStructuredFields(t *testing.T) {
@@ -509,11 +543,11 @@ func TestChargeAfterWithConcurrency(t *testing.T) {
 		t.Fatalf("first: %d", first.status)
 	}
 	ip := floodgate.Attributes{"ip": "127.0.0.1"}
-	d, err := f.lim.Peek(context.Background(), ip, 1)
+	o, err := f.lim.Decide(context.Background(), floodgate.ModePeek, ip, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range d.Rules() {
+	for _, r := range o.Rules {
 		want := map[string]int64{"in-flight": 1, "tokens": 70}[r.Name]
 		if r.Remaining != want {
 			t.Errorf("after the request: %s has %d left, want %d (lease released, 30 tokens charged)", r.Name, r.Remaining, want)
@@ -756,31 +790,6 @@ func TestIPv6Peer(t *testing.T) {
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func listenV6() (net.Listener, error) { return net.Listen("tcp6", "[::1]:0") }
-
-func TestQuotaFormat(t *testing.T) {
-	rules := []floodgate.Rule{
-		{Name: "a", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Second, Key: []string{"x"},
-			Overrides: []floodgate.Override{{Match: floodgate.Attributes{"x": "vip"}, Limit: 50}}},
-		{Name: "b", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute, Key: []string{"y"}},
-	}
-	f := newFixture(t, rules, nil)
-	q := NewQuota(f.lim)
-	for _, tt := range []struct {
-		attrs      floodgate.Attributes
-		policy, rl string
-	}{
-		{floodgate.Attributes{"x": "1", "y": "1"}, `"a";q=10;w=1, "b";q=5;w=60`, `"a";r=9;t=1, "b";r=4;t=60`},
-		{floodgate.Attributes{"x": "vip", "y": "1"}, `"a";q=50;w=1, "b";q=5;w=60`, `"a";r=49;t=1, "b";r=3;t=60`},
-		{floodgate.Attributes{"y": "1"}, `"b";q=5;w=60`, `"b";r=2;t=60`},
-		{floodgate.Attributes{}, ``, ``},
-	} {
-		d := f.lim.Allow(context.Background(), tt.attrs)
-		p, rl := q.Format(&d)
-		if p != tt.policy || rl != tt.rl {
-			t.Errorf("%v: Format = %q, %q; want %q, %q", tt.attrs, p, rl, tt.policy, tt.rl)
-		}
-	}
-}
 
 // The figures a client reads are consistent: a token bucket states its
 // capacity as the quota (r <= q, w the time to refill it), and a denied

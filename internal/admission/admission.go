@@ -1,0 +1,178 @@
+// Package admission is what floodgate's middlewares (httplimit, grpclimit)
+// share about one request: its decision before the handler runs, asked for
+// with the per-rule results and tickets only where the middleware needs
+// them, and the settling of its charge when the handler returns (a refund,
+// a released lease, usage recorded).
+package admission
+
+import (
+	"context"
+	"slices"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Options say what a middleware needs of its decisions.
+type Options struct {
+	// Rules asks for every rule's results on every decision, for quota
+	// headers or a handler that reads the decision.
+	Rules bool
+	// Refunds says that End may be asked to give an admitted request's
+	// whole charge back (a middleware counting only failures or only
+	// successes).
+	Refunds bool
+	// ChargeAfter admits a request when one unit is available now,
+	// charging nothing up front, and End records the usage the handler
+	// reported. Concurrency rules take their lease up front and hold it
+	// until End; the usage goes to the other rules.
+	ChargeAfter bool
+}
+
+// Gate decides requests with a limiter and settles them when their handlers
+// return. It is safe for concurrent use.
+type Gate struct {
+	limiter     *floodgate.Limiter
+	chargeAfter bool
+	// detail: decisions are made with Limiter.Decide, which builds the
+	// per-rule results and the tickets. Otherwise Allow and Peek give the
+	// binding rule's figures alone, for less.
+	detail bool
+	// With ChargeAfter and Concurrency rules: the views that hold the
+	// handler's lease and take the usage after (Limiter.SplitLeases).
+	leases, rest *floodgate.Limiter
+}
+
+// New returns the gate of l for a middleware needing what opts say.
+func New(l *floodgate.Limiter, opts Options) (*Gate, error) {
+	rules := l.Rules()
+	leased := slices.ContainsFunc(rules, func(r floodgate.Rule) bool { return r.Algorithm == floodgate.Concurrency })
+	g := &Gate{
+		limiter:     l,
+		chargeAfter: opts.ChargeAfter,
+		// Refunds and leases need the tickets. A denial names the rules
+		// that denied: the lean decision of a one-rule limiter names it
+		// (Decision.Rule), one of several rules does not.
+		detail: opts.Rules || opts.Refunds || leased || len(rules) > 1,
+	}
+	if opts.ChargeAfter && leased {
+		var err error
+		if g.leases, g.rest, err = l.SplitLeases(); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Admission is the decision on one request and what settling it needs.
+type Admission struct {
+	// Outcome is the request's decision. Its Rules are set when
+	// Options.Rules asked for them, and may be set otherwise.
+	Outcome floodgate.Outcome
+	// Lease is, under ChargeAfter with Concurrency rules and others, the
+	// admitted decision of the Concurrency rules, whose lease the handler
+	// holds; Outcome is then the other rules' peek. Otherwise it is the
+	// zero Outcome.
+	Lease floodgate.Outcome
+
+	g     *Gate
+	attrs floodgate.Attributes
+}
+
+// Admit decides a request with attributes attrs. Under ChargeAfter, an
+// admitted request's attrs must stay as they are until End.
+func (g *Gate) Admit(ctx context.Context, attrs floodgate.Attributes) Admission {
+	a := Admission{g: g, attrs: attrs}
+	switch {
+	case g.leases != nil:
+		// The handler holds its in-flight slot; the other rules must
+		// admit one unit and are charged its usage after.
+		lease := g.decide(ctx, g.leases, floodgate.ModeConsume, attrs)
+		a.Outcome = lease
+		if lease.Allowed && g.rest != nil {
+			a.Outcome = g.decide(ctx, g.rest, floodgate.ModePeek, attrs)
+			if a.Outcome.Allowed {
+				a.Lease = lease
+			} else {
+				refund(ctx, g.leases, lease.LeaseTicket())
+			}
+		}
+	case g.chargeAfter:
+		a.Outcome = g.decide(ctx, g.limiter, floodgate.ModePeek, attrs)
+	default:
+		a.Outcome = g.decide(ctx, g.limiter, floodgate.ModeConsume, attrs)
+	}
+	return a
+}
+
+// decide makes one decision of one unit on l, in full only when the gate
+// needs the detail.
+func (g *Gate) decide(ctx context.Context, l *floodgate.Limiter, mode floodgate.Mode, attrs floodgate.Attributes) floodgate.Outcome {
+	if g.detail {
+		o, _ := l.Decide(ctx, mode, attrs, 1) // a cost of 1 is valid in every mode
+		return o
+	}
+	if mode == floodgate.ModePeek {
+		d, _ := l.Peek(ctx, attrs, 1)
+		return floodgate.Outcome{Decision: d}
+	}
+	return floodgate.Outcome{Decision: l.Allow(ctx, attrs)}
+}
+
+// Violated calls f with the name and limit of each rule that denied the
+// request, in rule order; shadow rules never do. It calls f for none when
+// the request was admitted or the store failed.
+func (a *Admission) Violated(f func(name string, limit int64)) {
+	o := &a.Outcome
+	if o.Allowed || o.Reason != floodgate.ReasonLimit {
+		return
+	}
+	if !a.g.detail { // a one-rule limiter: its rule denied
+		f(o.Rule, o.Limit)
+		return
+	}
+	for _, r := range o.Rules {
+		if !r.Allowed && !r.Shadow {
+			f(r.Name, r.Limit)
+		}
+	}
+}
+
+// End settles an admitted request when its handler returns. Under
+// ChargeAfter it records used units into the rules that count usage and
+// releases the lease; otherwise it gives back the whole charge when
+// refundAll is set (see Options.Refunds), or else releases the Concurrency
+// leases alone. A refund that cannot be applied is logged by the limiter and
+// only leaves it stricter.
+func (a *Admission) End(ctx context.Context, refundAll bool, used int64) {
+	g := a.g
+	ctx = context.WithoutCancel(ctx) // the charge is settled even when the caller has gone
+	if !g.chargeAfter {
+		t := a.Outcome.LeaseTicket()
+		if refundAll {
+			t = a.Outcome.Ticket()
+		}
+		refund(ctx, g.limiter, t)
+		return
+	}
+	charged := g.limiter
+	if g.leases != nil {
+		charged = g.rest // a record into the whole limiter would add a lease never released
+	}
+	if used > 0 && charged != nil {
+		charged.Record(ctx, a.attrs, used)
+	}
+	if g.leases != nil {
+		lease := a.Lease
+		if g.rest == nil {
+			lease = a.Outcome // every rule is a Concurrency rule
+		}
+		refund(ctx, g.leases, lease.LeaseTicket())
+	}
+}
+
+// refund gives t back to l, if there is anything to give.
+func refund(ctx context.Context, l *floodgate.Limiter, t floodgate.Ticket) {
+	if t.Valid() {
+		l.Refund(context.WithoutCancel(ctx), t) // a failed refund is logged and only makes the limiter stricter
+	}
+}
