@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/benchtool"
+	"github.com/floodgate-go/floodgate/internal/clock"
 	"github.com/sethvargo/go-limiter/memorystore"
 )
 
@@ -27,7 +27,7 @@ func BenchmarkFloor(b *testing.B) {
 	for _, k := range keys {
 		index[k] = new(int64)
 	}
-	fast := new(floodgate.FastClock)
+	fast := new(clock.Fast)
 	var mu sync.Mutex
 	var sink int64
 
@@ -47,7 +47,7 @@ func BenchmarkFloor(b *testing.B) {
 		step func(key string)
 	}{
 		{"clock/time.Now", func(string) { sink += time.Now().UnixNano() }},
-		{"clock/floodgate.FastClock", func(string) { sink += fast.Now().UnixNano() }},
+		{"clock/floodgate-default", func(string) { sink += fast.Now().UnixNano() }},
 		{"mutex/lock+unlock", func(string) { mu.Lock(); sink++; mu.Unlock() }},
 		{"map/lookup-10k", func(k string) { sink += *index[k] }},
 		{"floor/clock+lock+lookup+update", func(k string) {
