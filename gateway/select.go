@@ -41,6 +41,8 @@ type Attempt struct {
 	// Err is what the caller reported with Selector.Failed for an admitted
 	// attempt.
 	Err error
+
+	ticket floodgate.Ticket
 }
 
 // Admitted reports whether the attempt was admitted (and so counted).
@@ -49,7 +51,7 @@ func (a *Attempt) Admitted() bool { return a.Decision.Allowed }
 // Ticket returns what settling (Settle) or refunding the attempt's
 // admission needs: the zero Ticket when it was not admitted or charged
 // nothing.
-func (a *Attempt) Ticket() floodgate.Ticket { return a.Decision.Ticket() }
+func (a *Attempt) Ticket() floodgate.Ticket { return a.ticket }
 
 // decide decides on candidate c, the i-th, counting it when it is admitted.
 // It is the one place the Selector asks a limiter for a decision and reads
@@ -64,15 +66,16 @@ func decide(ctx context.Context, i int, c *Candidate) Attempt {
 	if cost == 0 {
 		cost = 1
 	}
-	d, err := c.Limiter.AllowN(ctx, c.Attrs, cost)
+	o, err := c.Limiter.Decide(ctx, floodgate.ModeConsume, c.Attrs, cost)
 	if err != nil {
-		// Only a negative cost fails AllowN: a misuse, reported as a
+		// Only a negative cost fails Decide: a misuse, reported as a
 		// refusal that can never be retried.
-		d = floodgate.Decision{Reason: floodgate.ReasonLimit, Never: true, Err: err}
+		a.Decision = floodgate.Decision{Reason: floodgate.ReasonLimit, Never: true, Err: err}
+		return a
 	}
-	a.Decision = d
-	if !d.Allowed {
-		for _, r := range a.Decision.Rules() {
+	a.Decision, a.ticket = o.Decision, o.Ticket()
+	if !o.Allowed {
+		for _, r := range o.Rules {
 			if !r.Allowed && !r.Shadow {
 				a.Caps = append(a.Caps, r.Name)
 			}
