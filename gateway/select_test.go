@@ -95,8 +95,11 @@ func (g *gw) left(l *floodgate.Limiter, attrs floodgate.Attributes) map[string]i
 // admit is an admission on l, as an API key's is: the decision and the
 // ticket that settles it.
 func (g *gw) admit(l *floodgate.Limiter, attrs floodgate.Attributes) (floodgate.Decision, floodgate.Ticket) {
-	d := l.Allow(g.ctx, attrs)
-	return d, d.Ticket()
+	o, err := l.Decide(g.ctx, floodgate.ModeConsume, attrs, 1)
+	if err != nil {
+		panic(err)
+	}
+	return o.Decision, o.Ticket()
 }
 
 func (g *gw) wantLeft(l *floodgate.Limiter, attrs floodgate.Attributes, want map[string]int64) {
