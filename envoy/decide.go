@@ -75,20 +75,33 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 	}
 	run(ctx, w.groups, blocked)
 	for _, g := range w.groups {
-		rules := g.dec.Rules()
 		for j, i := range g.descs {
-			lf := g.leaves[j]
-			var rd *floodgate.RuleDecision
-			for k := range rules {
-				if rules[k].Name == lf.rule {
-					rd = &rules[k]
-					break
-				}
-			}
-			st.leafStatus(resp, i, lf, rd, g)
+			st.leafStatus(resp, i, g.leaves[j], g)
 		}
 	}
 	return nil
+}
+
+// limitResult is what one limit of a group decided.
+type limitResult struct {
+	allowed    bool // for a shadow limit, false when it would have denied
+	remaining  int64
+	resetAfter time.Duration
+}
+
+// result returns what g's limit rule decided, and false when the rule
+// was not applied. A group decided by the lean call is one limit: the
+// decision's binding rule is that limit's.
+func (g *group) result(rule string) (limitResult, bool) {
+	for _, r := range g.out.Rules {
+		if r.Name == rule {
+			return limitResult{r.Allowed, r.Remaining, r.ResetAfter}, true
+		}
+	}
+	if d := &g.out.Decision; g.out.Rules == nil && d.Rule == rule {
+		return limitResult{d.Allowed && !d.ShadowDenied, d.Remaining, d.ResetAfter}, true
+	}
+	return limitResult{}, false
 }
 
 // scratch is the working memory of one decideDomain call. Scratches are
@@ -150,7 +163,7 @@ func (w *scratch) release() {
 		g.descs = g.descs[:0]
 		clear(g.leaves)
 		g.leaves = g.leaves[:0]
-		g.dec = floodgate.Decision{}
+		g.out = floodgate.Outcome{}
 		w.spare = append(w.spare, g)
 	}
 	clear(w.groups)
@@ -173,27 +186,28 @@ func fit(groups []*group, l *floodgate.Limiter, c int64, lf *leaf) *group {
 
 // leafStatus writes the status of descriptor i, whose limit lf was decided
 // in g.
-func (st *state) leafStatus(resp response, i int, lf *leaf, rd *floodgate.RuleDecision, g *group) {
+func (st *state) leafStatus(resp response, i int, lf *leaf, g *group) {
 	ds := resp.status(i)
 	resp.setLimit(i, lf)
+	rd, applied := g.result(lf.rule)
 	switch {
-	case g.dec.Reason == floodgate.ReasonStore || rd == nil:
+	case g.out.Reason == floodgate.ReasonStore || !applied:
 		// The store did not answer: the failure policy decided.
-		ds.Code = code(g.dec.Allowed)
+		ds.Code = code(g.out.Allowed)
 		resp.setReset(i, st.alignedReset(lf))
-	case rd.Allowed:
+	case rd.allowed:
 		ds.Code = rlsv3.RateLimitResponse_OK
-		rem := rd.Remaining
+		rem := rd.remaining
 		if g.refunded {
 			rem = min(rem+g.cost, lf.capacity())
 		}
 		ds.LimitRemaining = clamp32(rem)
-		resp.setReset(i, rd.ResetAfter)
+		resp.setReset(i, rd.resetAfter)
 	default:
 		// Over the limit; a shadow limit says OK with nothing left, as
 		// the reference service does.
 		ds.Code = code(lf.shadow)
-		resp.setReset(i, rd.ResetAfter)
+		resp.setReset(i, rd.resetAfter)
 	}
 }
 
@@ -230,7 +244,7 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 	}
 	run(ctx, groups, false)
 	for i, g := range groups {
-		d := &g.dec
+		d := &g.out.Decision
 		if d.Rule == "" {
 			continue // no rule applies to these attributes: OK
 		}

@@ -35,6 +35,9 @@ type Attempt struct {
 	// attempt was counted and handed to the caller; when it is denied the
 	// candidate was skipped and none of its counters moved.
 	Decision floodgate.Decision
+	// Rules are what each of the candidate's rules decided (see
+	// floodgate.Outcome).
+	Rules []floodgate.RuleDecision
 	// Caps names the candidate's rules that refused it (empty when it was
 	// admitted, or refused by a store failure under FailClosed).
 	Caps []string
@@ -73,7 +76,7 @@ func decide(ctx context.Context, i int, c *Candidate) Attempt {
 		a.Decision = floodgate.Decision{Reason: floodgate.ReasonLimit, Never: true, Err: err}
 		return a
 	}
-	a.Decision, a.ticket = o.Decision, o.Ticket()
+	a.Decision, a.Rules, a.ticket = o.Decision, o.Rules, o.Ticket()
 	if !o.Allowed {
 		for _, r := range o.Rules {
 			if !r.Allowed && !r.Shadow {

@@ -23,23 +23,24 @@ import (
 //
 // When t charged none of lim's rules (the zero Ticket, a ticket of another
 // limiter, or an admission by a failed store under FailOpen), Settle is
-// lim.Record(cost). A nil lim or a negative cost is an error.
-func Settle(ctx context.Context, lim *floodgate.Limiter, t floodgate.Ticket, attrs floodgate.Attributes, cost int64) (floodgate.Decision, error) {
+// lim.Record(cost). A nil lim or a negative cost is an error. The outcome
+// is the record's, with what each of lim's rules decided.
+func Settle(ctx context.Context, lim *floodgate.Limiter, t floodgate.Ticket, attrs floodgate.Attributes, cost int64) (floodgate.Outcome, error) {
 	if lim == nil {
-		return floodgate.Decision{}, errors.New("gateway: Settle needs a limiter")
+		return floodgate.Outcome{}, errors.New("gateway: Settle needs a limiter")
 	}
 	if cost < 0 {
-		return floodgate.Decision{}, fmt.Errorf("gateway: limiter %q: settled cost %d must not be negative", lim.Name(), cost)
+		return floodgate.Outcome{}, fmt.Errorf("gateway: limiter %q: settled cost %d must not be negative", lim.Name(), cost)
 	}
 	deposit := deposit(lim, t)
 	if cost >= deposit {
-		return lim.Record(ctx, attrs, cost-deposit)
+		return lim.Decide(ctx, floodgate.ModeRecord, attrs, cost-deposit)
 	}
 	// Refunding gives the deposit back to lim's rules only: lim does not
 	// hold the admission's other rules, so their entries are passed over.
 	// A refund that fails leaves the rules stricter, never looser.
 	_ = lim.Refund(ctx, t)
-	return lim.Record(ctx, attrs, cost)
+	return lim.Decide(ctx, floodgate.ModeRecord, attrs, cost)
 }
 
 // deposit returns what the admission under t charged lim's rules: its cost

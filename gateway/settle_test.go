@@ -55,7 +55,7 @@ func testWeightedTokens(t *testing.T, newStore newStoreFunc) {
 		if _, err := gateway.Settle(g.ctx, routeTokens, sel.Ticket(), route.Attrs, cost); err != nil {
 			t.Fatal(err)
 		}
-		return d
+		return d.Decision
 	}
 
 	// 2 input + 3 output tokens at weights 1 and 3 cost 11.

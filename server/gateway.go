@@ -242,11 +242,12 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	result := selectAdmitted
 	if sel.Allowed {
-		ticket, e := s.seal(&sel.Decision)
+		ticket, e := s.seal(sel.Ticket())
 		if e != nil {
 			return e
 		}
-		d := s.respond(&sel.Decision, ticket)
+		// Select stops at the first admitted candidate: the last attempt.
+		d := s.respond(&sel.Decision, sel.Attempts[len(sel.Attempts)-1].Rules, ticket)
 		out.Candidate, out.Index, out.Decision = sel.Name, index[sel.Index], &d
 	} else {
 		switch {
@@ -335,11 +336,11 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	// Recorded usage outlives the request: a client that hangs up must not
 	// leave it unrecorded.
-	d, err := gateway.Settle(context.WithoutCancel(r.Context()), l, t, floodgate.Attributes(req.Attributes), cost)
+	o, err := gateway.Settle(context.WithoutCancel(r.Context()), l, t, floodgate.Attributes(req.Attributes), cost)
 	if err != nil {
 		return badRequest(err.Error())
 	}
-	writeJSON(w, http.StatusOK, s.respond(&d, ""))
+	writeJSON(w, http.StatusOK, s.respond(&o.Decision, o.Rules, ""))
 	return nil
 }
 

@@ -94,7 +94,7 @@ type refundRequest struct {
 	Ticket string `json:"ticket"`
 }
 
-// DecisionResponse is the JSON form of a floodgate.Decision, as /v1/check,
+// DecisionResponse is the JSON form of a floodgate.Outcome, as /v1/check,
 // /v1/record and /v1/select answer it. Its shape is a contract
 // (docs/http-api.md); clients such as `floodgate check` decode into it.
 type DecisionResponse struct {
@@ -112,14 +112,18 @@ type DecisionResponse struct {
 
 // RuleResponse is one rule's part of a DecisionResponse.
 type RuleResponse struct {
-	Name         string `json:"name"`
-	Allowed      bool   `json:"allowed"`
-	Shadow       bool   `json:"shadow"`
-	Limit        int64  `json:"limit"`
-	Remaining    int64  `json:"remaining"`
-	ResetAfterMS int64  `json:"reset_after_ms"`
-	RetryAfterMS int64  `json:"retry_after_ms"`
-	Never        bool   `json:"never,omitempty"`
+	Name    string `json:"name"`
+	Allowed bool   `json:"allowed"`
+	Shadow  bool   `json:"shadow"`
+	Limit   int64  `json:"limit"`
+	// Capacity is the most units one request can be admitted at once: a
+	// token bucket's or GCRA rule's burst (its Limit is the rate), else
+	// the limit. Remaining counts against it.
+	Capacity     int64 `json:"capacity"`
+	Remaining    int64 `json:"remaining"`
+	ResetAfterMS int64 `json:"reset_after_ms"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	Never        bool  `json:"never,omitempty"`
 }
 
 // millis rounds d up to whole milliseconds, so that a client that waits
@@ -131,7 +135,9 @@ func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func (s *Server) respond(d *floodgate.Decision, ticket string) DecisionResponse {
+// respond is the JSON form of decision d with its rules' results and its
+// sealed ticket.
+func (s *Server) respond(d *floodgate.Decision, rules []floodgate.RuleDecision, ticket string) DecisionResponse {
 	out := DecisionResponse{
 		Allowed:      d.Allowed,
 		Reason:       d.Reason.String(),
@@ -142,14 +148,15 @@ func (s *Server) respond(d *floodgate.Decision, ticket string) DecisionResponse 
 		RetryAfterMS: millis(d.RetryAfter),
 		Never:        d.Never,
 		Ticket:       ticket,
-		Rules:        make([]RuleResponse, 0, len(d.Rules())),
+		Rules:        make([]RuleResponse, 0, len(rules)),
 	}
-	for _, r := range d.Rules() {
+	for _, r := range rules {
 		out.Rules = append(out.Rules, RuleResponse{
 			Name:         r.Name,
 			Allowed:      r.Allowed,
 			Shadow:       r.Shadow,
 			Limit:        r.Limit,
+			Capacity:     r.Capacity,
 			Remaining:    r.Remaining,
 			ResetAfterMS: millis(r.ResetAfter),
 			RetryAfterMS: millis(r.RetryAfter),
@@ -194,27 +201,27 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError 
 	if e != nil {
 		return e
 	}
-	var d floodgate.Decision
-	var err error
+	// The answer lists every rule's result and the ticket: a full
+	// decision.
+	mode := floodgate.ModeConsume
 	if peek {
-		d, err = l.Peek(r.Context(), attrs, max(cost, 1))
-	} else {
-		d, err = l.AllowN(r.Context(), attrs, cost)
+		mode, cost = floodgate.ModePeek, max(cost, 1)
 	}
+	o, err := l.Decide(r.Context(), mode, attrs, cost)
 	if err != nil {
 		return badRequest(err.Error())
 	}
-	ticket, e := s.seal(&d)
+	ticket, e := s.seal(o.Ticket())
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, s.respond(&d, ticket))
+	writeJSON(w, http.StatusOK, s.respond(&o.Decision, o.Rules, ticket))
 	return nil
 }
 
-// seal returns d's ticket sealed for the client, or "" when d holds none.
-func (s *Server) seal(d *floodgate.Decision) (string, *httpError) {
-	t := d.Ticket()
+// seal returns t sealed for the client, or "" when t is not valid (the
+// decision charged nothing).
+func (s *Server) seal(t floodgate.Ticket) (string, *httpError) {
 	if !t.Valid() {
 		return "", nil
 	}

@@ -168,7 +168,6 @@ func (m *metrics) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 
 // observe is every limiter's floodgate.Observer: one count per decision.
 func (m *metrics) observe(_ context.Context, e floodgate.Event) {
-	d := e.Decision
 	switch e.Mode {
 	case floodgate.ModeRecord:
 		m.records.WithLabelValues(e.Limiter).Inc()
@@ -177,7 +176,7 @@ func (m *metrics) observe(_ context.Context, e floodgate.Event) {
 	default:
 		return
 	}
-	m.decisions.WithLabelValues(e.Limiter, bindingRule(d), result(d)).Inc()
+	m.decisions.WithLabelValues(e.Limiter, bindingRule(&e.Outcome), result(&e.Outcome.Decision)).Inc()
 }
 
 // result classifies a decision for floodgate_decisions_total.
@@ -197,15 +196,15 @@ func result(d *floodgate.Decision) string {
 
 // bindingRule names the rule a decision is counted under: the binding rule,
 // or for a shadow denial the first shadow rule that would have denied.
-func bindingRule(d *floodgate.Decision) string {
-	if d.Allowed && d.ShadowDenied && d.Reason == floodgate.ReasonNone {
-		for _, r := range d.Rules() {
+func bindingRule(o *floodgate.Outcome) string {
+	if o.Allowed && o.ShadowDenied && o.Reason == floodgate.ReasonNone {
+		for _, r := range o.Rules {
 			if !r.Allowed && r.Shadow {
 				return r.Name
 			}
 		}
 	}
-	return d.Rule
+	return o.Rule
 }
 
 func (m *metrics) reloadOK(at time.Time) {

@@ -347,6 +347,9 @@ func (s *Server) Close() error {
 		if s.done == nil {
 			return
 		}
+		// Answers close their connections from the moment readiness
+		// fails, not only once the watcher has stopped.
+		s.draining.Store(s.DrainPeriod > 0)
 		close(s.done)
 		if s.watcher != nil {
 			s.watcher.close()
@@ -355,7 +358,6 @@ func (s *Server) Close() error {
 			s.health.Shutdown()
 		}
 		if s.DrainPeriod > 0 {
-			s.draining.Store(true)
 			time.Sleep(s.DrainPeriod)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.ShutdownTimeout)

@@ -161,9 +161,9 @@ func TestCheckResponseShape(t *testing.T) {
 		Allowed: true, Rule: "per-user", Limit: 3, Remaining: 2, ResetAfterMS: 1000,
 		Ticket: d.Ticket,
 		Rules: []RuleResponse{
-			{Name: "per-user", Allowed: true, Limit: 3, Remaining: 2, ResetAfterMS: 1000},
-			{Name: "per-org", Allowed: true, Limit: 10, Remaining: 9, ResetAfterMS: 100},
-			{Name: "dark", Allowed: true, Shadow: true, Limit: 2, Remaining: 1, ResetAfterMS: 1000},
+			{Name: "per-user", Allowed: true, Limit: 3, Capacity: 3, Remaining: 2, ResetAfterMS: 1000},
+			{Name: "per-org", Allowed: true, Limit: 10, Capacity: 10, Remaining: 9, ResetAfterMS: 100},
+			{Name: "dark", Allowed: true, Shadow: true, Limit: 2, Capacity: 2, Remaining: 1, ResetAfterMS: 1000},
 		},
 	}
 	if got, _ := json.Marshal(d); !bytes.Equal(got, mustJSON(want)) {
@@ -171,6 +171,44 @@ func TestCheckResponseShape(t *testing.T) {
 	}
 	if d.Ticket == "" {
 		t.Error("an admitted decision has no ticket")
+	}
+}
+
+// TestRuleCapacity: a token bucket's limit is its rate, and its remaining
+// counts against its burst, which capacity reports (as overridden).
+func TestRuleCapacity(t *testing.T) {
+	ts := newTestServer(t, `
+limiters:
+  - name: bucket
+    rules:
+      - name: per-user
+        key: [user]
+        algorithm: token_bucket
+        limit: 100
+        burst: 200
+        window: 1s
+        overrides:
+          - match: {user: vip}
+            limit: 10
+      - {name: per-ip, key: [ip], algorithm: sliding_window, limit: 5, window: 1m}
+`, nil, nil)
+	for _, tc := range []struct {
+		body                       string
+		limit, capacity, remaining int64
+	}{
+		{`{"limiter":"bucket","attributes":{"user":"u1"}}`, 100, 200, 199},
+		// An override without a burst keeps the rule's burst:limit ratio.
+		{`{"limiter":"bucket","attributes":{"user":"vip"}}`, 10, 20, 19},
+		{`{"limiter":"bucket","attributes":{"ip":"10.0.0.1"}}`, 5, 5, 4},
+	} {
+		d := ts.decide("/v1/check", tc.body)
+		if len(d.Rules) != 1 {
+			t.Fatalf("%s: rules %+v, want one", tc.body, d.Rules)
+		}
+		if r := d.Rules[0]; r.Limit != tc.limit || r.Capacity != tc.capacity || r.Remaining != tc.remaining {
+			t.Errorf("%s: limit %d, capacity %d, remaining %d; want %d, %d, %d",
+				tc.body, r.Limit, r.Capacity, r.Remaining, tc.limit, tc.capacity, tc.remaining)
+		}
 	}
 }
 

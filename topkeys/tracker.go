@@ -143,18 +143,17 @@ func minuteOf(now time.Time) int64 { return now.Unix() / 60 }
 // Observe counts one decision: it is a floodgate.Observer. Consume and peek
 // decisions count, records do not. Every rule of the decision counts a
 // decision for its key (if the decision is sampled, see
-// Options.DecisionSample), and a denial when it denied. Observe keeps no
-// reference to the Event.
+// Options.DecisionSample), and a denial when it denied.
 func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
 		return
 	}
-	d := e.Decision
+	o := &e.Outcome
 	sampled := t.sampled()
-	if !sampled && (d.Allowed && !d.ShadowDenied || d.Reason == floodgate.ReasonStore) {
+	if !sampled && (o.Allowed && !o.ShadowDenied || o.Reason == floodgate.ReasonStore) {
 		return // no rule denied, and the decision is not in the sample
 	}
-	rs := d.Rules()
+	rs := o.Rules
 	if len(rs) == 0 {
 		return
 	}
@@ -163,11 +162,11 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 		at = t.now()
 	}
 	minute := minuteOf(at)
-	failed := d.Reason == floodgate.ReasonStore
+	failed := o.Reason == floodgate.ReasonStore
 	for i := range rs {
 		r := &rs[i]
 		if denied := !failed && !r.Allowed; denied || sampled {
-			t.rule(e.Limiter, r.Name).add(t, minute, r.Key(), sampled, denied)
+			t.rule(e.Limiter, r.Name).add(t, minute, r.Key, sampled, denied)
 		}
 	}
 }

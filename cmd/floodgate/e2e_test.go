@@ -200,6 +200,7 @@ type decision struct {
 		Allowed      bool   `json:"allowed"`
 		Shadow       bool   `json:"shadow"`
 		Limit        int64  `json:"limit"`
+		Capacity     int64  `json:"capacity"`
 		Remaining    int64  `json:"remaining"`
 		ResetAfterMS int64  `json:"reset_after_ms"`
 		RetryAfterMS int64  `json:"retry_after_ms"`
@@ -326,7 +327,7 @@ func testAPIShapes(t *testing.T, store string) {
 		d.ResetAfterMS != 60000 || d.RetryAfterMS != 0 || d.Ticket == "" || len(d.Rules) != 2 {
 		t.Errorf("check: %+v", d)
 	}
-	if r := d.Rules[1]; r.Name != "per-org" || !r.Allowed || r.Limit != 1 || r.Remaining != 149 || r.ResetAfterMS != 3600000 {
+	if r := d.Rules[1]; r.Name != "per-org" || !r.Allowed || r.Limit != 1 || r.Capacity != 150 || r.Remaining != 149 || r.ResetAfterMS != 3600000 {
 		t.Errorf("per-org rule: %+v", r)
 	}
 	// Refund puts the unit back in both rules.
