@@ -100,24 +100,26 @@ type Redis struct {
 	// denied until a time are denied locally until then. 0 means the
 	// store's default; -1 disables the cache.
 	DenyCacheSize int
-	// Fallback, when set, answers from per-instance memory limits while
-	// Redis is unreachable, instead of the failure policy.
+	// Fallback, when set, decides on per-instance memory limits while
+	// Redis cannot answer, instead of the failure policy (each limiter's
+	// Options.Fallback; the breaker decides when Redis is tried again).
 	Fallback *Fallback
 }
 
-// Fallback configures per-instance memory limits for while Redis is
-// unreachable.
+// Fallback configures per-instance memory limits for while Redis cannot
+// answer.
 type Fallback struct {
 	// Instances is how many instances share the limits: each limit is
-	// divided by it.
+	// divided by it (store/share).
 	Instances int
-	// Retry is how long to answer from memory before trying Redis again;
-	// 0 means the store's default (1s).
-	Retry time.Duration
-	// MaxKeys caps the keys the fallback holds; 0 means the store's
-	// default.
+	// MaxKeys caps the keys the fallback holds; 0 means
+	// DefaultFallbackKeys.
 	MaxKeys int
 }
+
+// DefaultFallbackKeys is the key cap of the fallback's memory store when
+// fallback.max_keys is not set.
+const DefaultFallbackKeys = 100_000
 
 // Sentinel configures Redis Sentinel discovery.
 type Sentinel struct {

@@ -109,6 +109,7 @@ func TestInvalid(t *testing.T) {
 			"redis_fallback.yaml:3:33: store.redis.cluster[1]: must be host:port, got \"nohost\"",
 			"redis_fallback.yaml:4:17: store.redis.key_prefix: must not contain '{' or '}' (keys carry their own hash tags)",
 			"redis_fallback.yaml:5:15: store.redis.fallback.instances: must be set: how many instances share the limits",
+			"redis_fallback.yaml:5:23: store.redis.fallback.retry: is no longer a fallback setting: the breaker decides when Redis is tried again (breaker.cooldown)",
 			"redis_fallback.yaml:6:15: store.redis.hash_tag: must be rule or limiter, got \"slot\"",
 		}},
 		{"redis_two_modes.yaml", []string{
@@ -276,7 +277,7 @@ func TestRedisURL(t *testing.T) {
 	}
 	r := c.Store.Redis
 	want := Redis{URL: "rediss://user:pw@redis.internal:6380/2", DB: 3, KeyPrefix: "rl:", HashTag: "limiter", Deadline: floodgate.DefaultTimeout,
-		DenyCacheSize: -1, Fallback: &Fallback{Instances: 4, Retry: 2 * time.Second, MaxKeys: 5000}}
+		DenyCacheSize: -1, Fallback: &Fallback{Instances: 4, MaxKeys: 5000}}
 	if r.URL != want.URL || r.DB != want.DB || r.KeyPrefix != want.KeyPrefix || r.HashTag != want.HashTag || r.Deadline != want.Deadline ||
 		r.DenyCacheSize != want.DenyCacheSize || *r.Fallback != *want.Fallback {
 		t.Errorf("redis = %+v (fallback %+v), want %+v", r, r.Fallback, want)

@@ -180,7 +180,7 @@ func (d *decoder) fallback(n *yaml.Node, path string) *Fallback {
 		d.errorf(n, path+".instances", "must be set: how many instances share the limits")
 	}
 	if v := f["retry"]; v != nil {
-		fb.Retry, _ = d.positive(v, path+".retry")
+		d.errorf(v, path+".retry", "is no longer a fallback setting: the breaker decides when Redis is tried again (breaker.cooldown)")
 	}
 	if v := f["max_keys"]; v != nil {
 		if k, ok := d.intIn(v, path+".max_keys", 1, 1<<40, "must be at least 1, got %d"); ok {

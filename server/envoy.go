@@ -24,6 +24,7 @@ func (s *Server) envoyOptions(c *config.Config) *envoy.Options {
 		Observer:      s.metrics.observe,
 		Logger:        s.Logger,
 		Clock:         s.Clock,
+		Fallback:      s.Fallback,
 	}
 	if c.Store.Redis != nil {
 		o.Timeout = c.Store.Redis.Deadline

@@ -61,6 +61,10 @@ type Server struct {
 	// changes the store section is applied except for the store, and
 	// logged.
 	Store store.Store
+	// Fallback, when set, decides for every limiter while Store cannot
+	// answer (floodgate.Options.Fallback), typically store/share over a
+	// memory store.
+	Fallback store.Store
 
 	// HTTPAddr is the HTTP API's listen address; "" means
 	// DefaultHTTPAddr. GRPCAddr is the gRPC listen address; "" means
@@ -416,6 +420,7 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 			Replaces: replaces,
+			Fallback: s.Fallback,
 		})
 		if err != nil {
 			return nil, err

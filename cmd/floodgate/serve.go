@@ -22,6 +22,7 @@ import (
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
+	"github.com/floodgate-go/floodgate/store/share"
 )
 
 const serveUsage = `
@@ -142,7 +143,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(c, logger)
+	store, fallback, closeStore, err := openStore(c, logger)
 	if err != nil {
 		return err
 	}
@@ -157,6 +158,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		ConfigPath:        path,
 		WatchConfig:       f.watch,
 		Store:             store,
+		Fallback:          fallback,
 		HTTPAddr:          f.httpAddr,
 		GRPCAddr:          f.grpcAddr,
 		TLSCertFile:       f.tlsCert,
@@ -264,14 +266,30 @@ func storeName(c *config.Config) string {
 	return "memory"
 }
 
-// openStore builds the store the configuration names, and the function
-// that closes it.
-func openStore(c *config.Config, logger *slog.Logger) (store.Store, func(), error) {
-	if r := c.Store.Redis; r != nil {
-		return openRedis(r, logger)
+// openStore builds the store the configuration names, the fallback that
+// decides while it cannot answer (nil for none), and the function that
+// closes them.
+func openStore(c *config.Config, logger *slog.Logger) (st, fallback store.Store, closeAll func(), err error) {
+	r := c.Store.Redis
+	if r == nil {
+		s := memory.New(&memory.Options{MaxKeys: c.Store.Memory.MaxKeys})
+		return s, nil, func() { s.Close() }, nil
 	}
-	s := memory.New(&memory.Options{MaxKeys: c.Store.Memory.MaxKeys})
-	return s, func() { s.Close() }, nil
+	st, closeRedis, err := openRedis(r, logger)
+	if err != nil || r.Fallback == nil {
+		return st, nil, closeRedis, err
+	}
+	keys := r.Fallback.MaxKeys
+	if keys == 0 {
+		keys = config.DefaultFallbackKeys
+	}
+	mem := memory.New(&memory.Options{MaxKeys: keys})
+	if fallback, err = share.New(mem, r.Fallback.Instances); err != nil {
+		mem.Close()
+		closeRedis()
+		return nil, nil, nil, err
+	}
+	return st, fallback, func() { closeRedis(); mem.Close() }, nil
 }
 
 // openRedis connects the Redis store. The per-call deadline is not the
@@ -292,9 +310,6 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 	}
 	if sn := r.Sentinel; sn != nil {
 		opts.Sentinel = &redis.Sentinel{Master: sn.Master, Addrs: sn.Addrs, Password: sn.Password}
-	}
-	if fb := r.Fallback; fb != nil {
-		opts.Fallback = &redis.Fallback{Instances: fb.Instances, Retry: fb.Retry, MaxKeys: fb.MaxKeys}
 	}
 	s, err := redis.New(opts)
 	if err != nil {
