@@ -355,13 +355,12 @@ func (s *Store) unlock(locks []int) {
 }
 
 // apply runs the algorithms over a batch whose keys are resolved and locked.
-// Each op's parameters are converted where they are used rather than into a
-// scratch array: the conversion is a few moves, the array's zeroing is not.
 func (s *Store) apply(b *store.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
 	// A peek of a key not held (idx -1) works on a fresh entry of its own.
-	var freshBuf [maxInline]entry
+	// The scratch is declared where it is used: zeroing it is not free.
 	var fresh []entry
 	if b.Mode == store.Peek {
+		var freshBuf [maxInline]entry
 		fresh = freshBuf[:]
 		if len(b.Ops) > maxInline {
 			fresh = make([]entry, len(b.Ops))
