@@ -35,6 +35,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate/store"
@@ -83,22 +84,31 @@ var (
 	_ store.InProcess = (*Store)(nil)
 )
 
+// shard is one lock's worth of denials.
 type shard struct {
 	mu sync.Mutex
 	m  map[ruleKey]denial
-	_  [40]byte // keep neighbouring shards' locks apart
+	// n is len(m), read without the lock so that decisions on an empty
+	// shard, the common case, take no lock.
+	n atomic.Int32
+	_ [36]byte // keep neighbouring shards' locks apart
 }
 
 type ruleKey struct{ scope, key string }
 
 // denial is one remembered denial. Times are Batch.Now readings in µs.
 type denial struct {
-	lift    int64 // the cost is admitted from here on
-	reset   int64 // the full quota is back from here on
+	figures
 	expires int64 // forgotten from here on: lift, or earlier by MaxAge
 	cost    int64
-	rem     int64
 	params  store.Params
+}
+
+// figures are what a denial answers.
+type figures struct {
+	lift  int64 // the cost is admitted from here on
+	reset int64 // the full quota is back from here on
+	rem   int64
 }
 
 // New returns a Store that answers repeated denials of inner's locally
@@ -174,15 +184,15 @@ func (s *Store) deny(b *store.Batch, now int64) bool {
 	if len(b.Ops) == 0 || len(b.Ops) > maxLocal {
 		return false
 	}
-	var ds [maxLocal]denial
+	var fs [maxLocal]figures
 	for i := range b.Ops {
 		var ok bool
-		if ds[i], ok = s.lookup(&b.Ops[i], b.Cost, now); !ok {
+		if fs[i], ok = s.lookup(&b.Ops[i], b.Cost, now); !ok {
 			return false
 		}
 	}
 	for i := range b.Ops {
-		d := &ds[i]
+		d := &fs[i]
 		b.Ops[i].Stamp = 0
 		b.Ops[i].Result = store.Result{
 			Remaining:  d.rem,
@@ -195,21 +205,23 @@ func (s *Store) deny(b *store.Batch, now int64) bool {
 }
 
 // lookup returns the denial of op at cost remembered for now, if any.
-func (s *Store) lookup(op *store.Op, cost, now int64) (denial, bool) {
+func (s *Store) lookup(op *store.Op, cost, now int64) (figures, bool) {
 	if !cacheable(op) {
-		return denial{}, false
+		return figures{}, false
 	}
-	k := ruleKey{op.Scope, op.Key}
-	sh := s.shard(k)
+	sh := s.shard(op)
+	if sh.n.Load() == 0 {
+		return figures{}, false
+	}
 	sh.mu.Lock()
-	d, ok := sh.m[k]
+	d, ok := sh.m[ruleKey{op.Scope, op.Key}]
 	sh.mu.Unlock()
 	if !ok || now >= d.expires || d.params != op.Params {
-		return denial{}, false
+		return figures{}, false
 	}
 	// A fixed window denies every cost it cannot fit until it rolls.
 	fits := cost == d.cost || op.Params.Algorithm == store.FixedWindow && cost > d.rem && cost <= op.Params.Limit
-	return d, fits
+	return d.figures, fits
 }
 
 // learn makes the denials of b, answered by the inner store for the time
@@ -221,21 +233,22 @@ func (s *Store) learn(b *store.Batch, now int64) {
 		if !cacheable(op) {
 			continue
 		}
-		k := ruleKey{op.Scope, op.Key}
-		sh := s.shard(k)
 		r := &op.Result
 		exact := op.Params.Algorithm == store.FixedWindow || r.Remaining == b.Cost-1
 		if r.Allowed || r.Never || r.RetryAfter <= 0 || !exact {
-			sh.mu.Lock()
-			delete(sh.m, k)
-			sh.mu.Unlock()
+			s.drop(op)
 			continue
 		}
-		d := denial{lift: now + r.RetryAfter.Microseconds(), reset: now + r.ResetAfter.Microseconds(), cost: b.Cost, rem: r.Remaining, params: op.Params}
+		d := denial{cost: b.Cost, params: op.Params, figures: figures{
+			lift:  now + r.RetryAfter.Microseconds(),
+			reset: now + r.ResetAfter.Microseconds(),
+			rem:   r.Remaining,
+		}}
 		d.expires = d.lift
 		if s.maxAge >= 0 {
 			d.expires = min(d.lift, now+s.maxAge)
 		}
+		k, sh := ruleKey{op.Scope, op.Key}, s.shard(op)
 		sh.mu.Lock()
 		if _, ok := sh.m[k]; !ok && len(sh.m) >= s.per {
 			for old := range sh.m {
@@ -244,6 +257,7 @@ func (s *Store) learn(b *store.Batch, now int64) {
 			}
 		}
 		sh.m[k] = d
+		sh.n.Store(int32(len(sh.m)))
 		sh.mu.Unlock()
 	}
 }
@@ -251,15 +265,22 @@ func (s *Store) learn(b *store.Batch, now int64) {
 // forget drops the denials of b's keys.
 func (s *Store) forget(b *store.Batch) {
 	for i := range b.Ops {
-		if !cacheable(&b.Ops[i]) {
-			continue
+		if cacheable(&b.Ops[i]) {
+			s.drop(&b.Ops[i])
 		}
-		k := ruleKey{b.Ops[i].Scope, b.Ops[i].Key}
-		sh := s.shard(k)
-		sh.mu.Lock()
-		delete(sh.m, k)
-		sh.mu.Unlock()
 	}
+}
+
+// drop drops the denial of op's key.
+func (s *Store) drop(op *store.Op) {
+	sh := s.shard(op)
+	if sh.n.Load() == 0 {
+		return
+	}
+	sh.mu.Lock()
+	delete(sh.m, ruleKey{op.Scope, op.Key})
+	sh.n.Store(int32(len(sh.m)))
+	sh.mu.Unlock()
 }
 
 // cacheable reports whether op's denials may be remembered: an enforced
@@ -269,9 +290,10 @@ func cacheable(op *store.Op) bool {
 	return !op.Shadow && op.Params.Algorithm != store.Concurrency
 }
 
-func (s *Store) shard(k ruleKey) *shard {
-	h := maphash.String(s.seed, k.key) ^ maphash.String(s.seed, k.scope)
-	return &s.shards[h&uint64(len(s.shards)-1)]
+// shard returns the shard that holds op's denials: by its key alone,
+// which is what varies between the keys of a rule.
+func (s *Store) shard(op *store.Op) *shard {
+	return &s.shards[maphash.String(s.seed, op.Key)&uint64(len(s.shards)-1)]
 }
 
 // micros is a µs count as a Duration.
