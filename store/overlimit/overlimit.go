@@ -65,8 +65,8 @@ type Options struct {
 	MaxAge time.Duration
 }
 
-// Store is a store.Store that answers decisions whose every rule it has
-// seen denied locally and passes everything else to the store it wraps. It
+// Store is a store.Store that answers locally the consumes whose every rule
+// it has seen denied, and passes everything else to the store it wraps. It
 // reads the time of each decision from Batch.Now, so the limiters using it
 // must have the clock the inner store counts with (the wall clock, or for
 // a Redis store with UseBatchTime, the limiters' own). It is safe for
@@ -91,7 +91,7 @@ type shard struct {
 	// n is len(m), read without the lock so that decisions on an empty
 	// shard, the common case, take no lock.
 	n atomic.Int32
-	_ [36]byte // keep neighbouring shards' locks apart
+	_ [40]byte // keep neighbouring shards' locks apart
 }
 
 type ruleKey struct{ scope, key string }

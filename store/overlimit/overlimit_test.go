@@ -319,13 +319,15 @@ func TestSameAnswers(t *testing.T) {
 		if testing.Short() {
 			steps = 300
 		}
+		// One clock for all: a store may assume that time does not go
+		// backwards across its keys.
+		clock := floodgate.NewManualClock(time.Now())
 		for i := range 12 { // rule sets: one rule each, then random pairs and triples
 			set := []floodgate.Rule{rules[i%len(rules)]}
 			for j := 0; i >= len(rules) && j < 1+i%2; j++ {
 				set = append(set, rules[rng.IntN(len(rules))])
 			}
 			set = dedup(set)
-			clock := floodgate.NewManualClock(time.Now())
 			name := fmt.Sprint("same", i)
 			bare := newLimiter(t, name+"-bare", st, clock, set...)
 			inner := &counted{Store: st}
@@ -415,4 +417,24 @@ func view(d *floodgate.Decision) string {
 		s += fmt.Sprintf(" [%s allowed=%v never=%v rem=%d reset=%v retry=%v]", r.Name, r.Allowed, r.Never, r.Remaining, r.ResetAfter, r.RetryAfter)
 	}
 	return s
+}
+
+// TestNoAllocs: over the memory store, decisions through the decorator
+// allocate nothing, answered locally or not.
+func TestNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items, so pooled paths allocate")
+	}
+	st := overlimit.New(openMemory(t), nil)
+	denied := newLimiter(t, "denied", st, nil,
+		floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}})
+	admitted := newLimiter(t, "admitted", st, nil,
+		floodgate.Rule{Name: "r", Algorithm: floodgate.TokenBucket, Limit: 1e9, Window: time.Second, Key: []string{"user"}})
+	denied.Allow(ctx, floodgate.Attributes{"user": "x"})
+	for name, lim := range map[string]*floodgate.Limiter{"denied": denied, "admitted": admitted} {
+		lim.Allow(ctx, floodgate.Attributes{"user": "x"})
+		if n := testing.AllocsPerRun(100, func() { lim.Allow(ctx, floodgate.Attributes{"user": "x"}) }); n != 0 {
+			t.Errorf("%s: %v allocations per decision, want 0", name, n)
+		}
+	}
 }
