@@ -224,9 +224,9 @@ func (s *Store) lookup(op *store.Op, cost, now int64) (figures, bool) {
 	return d.figures, fits
 }
 
-// learn makes the denials of b, answered by the inner store for the time
-// now, those remembered for their keys, and forgets the other keys of b:
-// their state has moved.
+// learn remembers the denials in the inner store's answer to b, asked at
+// now, whose figures stay put until they lift, and drops the remembered
+// denials of b's other keys: their state has moved.
 func (s *Store) learn(b *store.Batch, now int64) {
 	for i := range b.Ops {
 		op := &b.Ops[i]
@@ -234,6 +234,8 @@ func (s *Store) learn(b *store.Batch, now int64) {
 			continue
 		}
 		r := &op.Result
+		// A fixed window's figures hold until it rolls; other rules' hold
+		// when cost-1 units are left: one more would admit the cost.
 		exact := op.Params.Algorithm == store.FixedWindow || r.Remaining == b.Cost-1
 		if r.Allowed || r.Never || r.RetryAfter <= 0 || !exact {
 			s.drop(op)
