@@ -16,8 +16,8 @@
 // A denial is remembered only while its figures stay exact: a fixed
 // window's (its remaining units do not change until the window rolls, and it
 // then also stands for every cost from its remaining units up to the limit),
-// or one that leaves cost-1 units (a bucket or sliding window whose
-// remaining units cannot grow without admitting the cost).
+// or one that leaves cost-1 units (a token bucket, GCRA or sliding window
+// whose remaining units cannot grow without admitting the cost).
 //
 // The Store never admits what the inner store would deny: it only ever
 // denies, and a denial it holds lifts no later than the inner store's. What
@@ -42,7 +42,7 @@ import (
 )
 
 // DefaultSize is the number of denied rule keys a Store remembers when
-// Options.Size is 0.
+// Options.Size is 0 or less.
 const DefaultSize = 65536
 
 // DefaultMaxAge is how long a Store remembers a denial at most when
