@@ -58,21 +58,14 @@ func (sh *shard) find(h uint64, scope, key string) int32 {
 	return -1
 }
 
-// setHead makes slot j the head of the chain of key (hash h), adding the key
-// to the table if it is not there. It returns the previous head, or -1. The
-// caller holds sh.mu.
-func (sh *shard) setHead(h uint64, key string, j int32) int32 {
-	if i := sh.lookup(h, key); i >= 0 {
-		prev := int32(uint32(sh.tab[i])) - 1
-		sh.tab[i] = tagOf(h)<<32 | uint64(uint32(j+1))
-		return prev
-	}
+// index adds key (hash h), which the table does not hold, with slot j as
+// the head of its chain. The caller holds sh.mu.
+func (sh *shard) index(h uint64, j int32) {
 	if 2*(sh.keys+1) > len(sh.tab) {
 		sh.grow()
 	}
 	sh.place(tagOf(h)<<32 | uint64(uint32(j+1)))
 	sh.keys++
-	return -1
 }
 
 // place puts el in the first empty element from its home position.
@@ -161,7 +154,18 @@ func (sh *shard) insert(h uint64, scope, key string, now int64) int32 {
 	e := &sh.entries[j]
 	e.scope, e.key, e.use, e.exp, e.ref, e.pin = scope, key, true, 0, false, false
 	e.st.Reset()
-	e.next = sh.setHead(h, key, j)
+	e.next = -1
+	if i := sh.lookup(h, key); i >= 0 {
+		// Append to the key's chain, so that a batch's ops, in rule order,
+		// walk slots inserted in that order (usually adjacent).
+		p := int32(uint32(sh.tab[i])) - 1
+		for sh.entries[p].next >= 0 {
+			p = sh.entries[p].next
+		}
+		sh.entries[p].next = j
+	} else {
+		sh.index(h, j)
+	}
 	sh.n++
 	return j
 }
