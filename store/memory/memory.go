@@ -53,21 +53,20 @@ var (
 	_ store.InProcess = (*Store)(nil)
 )
 
-// entry is one key's slot. The fields a decision reads and writes come
-// first: the expiry, the flags, the chain link, the scope and the head of the
-// algorithm state (Live, A, B, C) fill the first 64 bytes, so with the
-// 128-byte entries of a 64-byte-aligned slice a decision on a cold key
-// misses on one cache line, not two.
+// entry is one key's slot, 128 bytes. The look-up reads the key and the
+// scope first, then the expiry and the head of the algorithm state (Live, A,
+// B): with the 128-byte entries of a 64-byte-aligned slice those share the
+// first cache line.
 type entry struct {
+	key   string
+	scope string
 	exp   int64 // µs; the state means "absent" from then on
+	next  int32 // next slot holding the same key under another scope, or -1
 	ref   bool  // used since the eviction hand last passed
 	pin   bool  // part of the batch being applied
 	use   bool  // slot holds a key
 	wrote bool  // the batch being applied wrote st
-	next  int32 // next slot holding the same key under another scope, or -1
-	scope string
 	st    algo.State
-	key   string
 }
 
 // shard is one lock's worth of keys. Entries live in a slice indexed by the
