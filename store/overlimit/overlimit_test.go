@@ -50,9 +50,9 @@ func TestFlood(t *testing.T) {
 		lim := newLimiter(t, "flood", overlimit.New(inner, &overlimit.Options{MaxAge: -1}), clock,
 			floodgate.Rule{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}})
 		x := floodgate.Attributes{"user": "x"}
-		var first floodgate.Decision
+		var first floodgate.Outcome
 		for i := range 3 {
-			d := lim.Allow(ctx, x)
+			d := must(lim.Decide(ctx, floodgate.ModeConsume, x, 1))
 			if !d.Allowed {
 				t.Fatalf("request %d denied", i)
 			}
@@ -133,11 +133,11 @@ func TestEveryRule(t *testing.T) {
 			}
 			clock.Advance(250 * time.Millisecond)
 			wait := time.Hour - time.Duration(step+1)*250*time.Millisecond
-			d := lim.Allow(ctx, xt)
+			d := must(lim.Decide(ctx, floodgate.ModeConsume, xt, 1))
 			if d.Allowed || d.Rule != "per-tenant" || d.RetryAfter != wait {
 				t.Fatalf("{x, t} #%d: %+v, want denied by per-tenant for %v", step, d, wait)
 			}
-			for _, r := range d.Rules() {
+			for _, r := range d.Rules {
 				want := map[string]time.Duration{"per-user": wait - 59*time.Minute, "per-tenant": wait}[r.Name]
 				if r.Allowed || r.Remaining != 0 || r.RetryAfter != want || r.ResetAfter != want {
 					t.Fatalf("{x, t} #%d: rule %+v, want denied, 0 left, retry and reset %v", step, r, want)
@@ -183,7 +183,7 @@ func TestMaxAge(t *testing.T) {
 		lim := newLimiter(t, "age", overlimit.New(inner, nil), clock, rule) // DefaultMaxAge
 		other := newLimiter(t, "age", overlimit.New(st, nil), clock, rule)  // another instance
 		x := floodgate.Attributes{"user": "x"}
-		first := other.Allow(ctx, x)
+		first := must(other.Decide(ctx, floodgate.ModeConsume, x, 1))
 		lim.Allow(ctx, x) // denied, remembered
 		if err := other.Refund(ctx, first.Ticket()); err != nil {
 			t.Fatal(err)
@@ -337,23 +337,23 @@ func TestSameAnswers(t *testing.T) {
 			for step := range steps {
 				attrs := floodgate.Attributes{"u": keys[rng.IntN(2)], "g": keys[rng.IntN(2)], "c": keys[rng.IntN(2)]}
 				n := costs[rng.IntN(len(costs))]
-				var got, want floodgate.Decision
+				var got, want floodgate.Outcome
 				var op string
 				switch r := rng.IntN(100); {
 				case r < 80:
 					op = "consume"
-					want, _ = bare.AllowN(ctx, attrs, n)
-					got, _ = cached.AllowN(ctx, attrs, n)
+					want, _ = bare.Decide(ctx, floodgate.ModeConsume, attrs, n)
+					got, _ = cached.Decide(ctx, floodgate.ModeConsume, attrs, n)
 					consumes++
 					tickets = append(tickets, [2]floodgate.Ticket{want.Ticket(), got.Ticket()})
 				case r < 88:
 					op = "peek"
-					want, _ = bare.Peek(ctx, attrs, n)
-					got, _ = cached.Peek(ctx, attrs, n)
+					want, _ = bare.Decide(ctx, floodgate.ModePeek, attrs, n)
+					got, _ = cached.Decide(ctx, floodgate.ModePeek, attrs, n)
 				case r < 92:
 					op = "record"
-					want, _ = bare.Record(ctx, attrs, n)
-					got, _ = cached.Record(ctx, attrs, n)
+					want, _ = bare.Decide(ctx, floodgate.ModeRecord, attrs, n)
+					got, _ = cached.Decide(ctx, floodgate.ModeRecord, attrs, n)
 				case r < 97 && len(tickets) > 0:
 					op = "refund"
 					tk := tickets[rng.IntN(len(tickets))]
@@ -410,10 +410,10 @@ func dedup(rules []floodgate.Rule) []floodgate.Rule {
 }
 
 // view is what a decision answered, rule by rule.
-func view(d *floodgate.Decision) string {
+func view(d *floodgate.Outcome) string {
 	s := fmt.Sprintf("allowed=%v reason=%v never=%v rule=%s rem=%d reset=%v retry=%v err=%v;",
 		d.Allowed, d.Reason, d.Never, d.Rule, d.Remaining, d.ResetAfter, d.RetryAfter, d.Err)
-	for _, r := range d.Rules() {
+	for _, r := range d.Rules {
 		s += fmt.Sprintf(" [%s allowed=%v never=%v rem=%d reset=%v retry=%v]", r.Name, r.Allowed, r.Never, r.Remaining, r.ResetAfter, r.RetryAfter)
 	}
 	return s
@@ -437,4 +437,12 @@ func TestNoAllocs(t *testing.T) {
 			t.Errorf("%s: %v allocations per decision, want 0", name, n)
 		}
 	}
+}
+
+// must is the outcome of a Decide call that cannot fail.
+func must(o floodgate.Outcome, err error) floodgate.Outcome {
+	if err != nil {
+		panic(err)
+	}
+	return o
 }
