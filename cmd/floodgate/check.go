@@ -153,11 +153,17 @@ func printDecision(w io.Writer, limiter string, d *server.DecisionResponse) {
 	}
 	fmt.Fprintln(w)
 	if d.Rule != "" {
-		fmt.Fprintf(w, "binding rule %s: %d of %d left, full again in %s\n", d.Rule, d.Remaining, d.Limit, ms(d.ResetAfterMS))
+		capacity := d.Limit
+		for _, r := range d.Rules {
+			if r.Name == d.Rule {
+				capacity = r.Capacity // a token bucket's burst
+			}
+		}
+		fmt.Fprintf(w, "binding rule %s: %d of %d left, full again in %s\n", d.Rule, d.Remaining, capacity, ms(d.ResetAfterMS))
 	}
 	if len(d.Rules) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "\nRULE\tRESULT\tLIMIT\tREMAINING\tRESET\tRETRY")
+		fmt.Fprintln(tw, "\nRULE\tRESULT\tLIMIT\tCAPACITY\tREMAINING\tRESET\tRETRY")
 		for _, r := range d.Rules {
 			res := "allowed"
 			if !r.Allowed {
@@ -170,7 +176,7 @@ func printDecision(w io.Writer, limiter string, d *server.DecisionResponse) {
 			if !r.Allowed && !r.Never {
 				retry = ms(r.RetryAfterMS)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", r.Name, res, r.Limit, r.Remaining, ms(r.ResetAfterMS), retry)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", r.Name, res, r.Limit, r.Capacity, r.Remaining, ms(r.ResetAfterMS), retry)
 		}
 		tw.Flush()
 	}
