@@ -278,14 +278,13 @@ func openStore(c *config.Config, logger *slog.Logger) (store.Store, func(), erro
 // store's: it is each limiter's (store.redis.deadline by default).
 func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error) {
 	opts := &redis.Options{
-		URL:           r.URL,
-		Cluster:       r.Cluster,
-		Username:      r.Username,
-		Password:      r.Password,
-		DB:            r.DB,
-		KeyPrefix:     r.KeyPrefix,
-		DenyCacheSize: r.DenyCacheSize,
-		Logger:        logger,
+		URL:       r.URL,
+		Cluster:   r.Cluster,
+		Username:  r.Username,
+		Password:  r.Password,
+		DB:        r.DB,
+		KeyPrefix: r.KeyPrefix,
+		Logger:    logger,
 	}
 	if r.HashTag == "limiter" {
 		opts.HashTag = redis.TagLimiter
@@ -293,9 +292,7 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 	if sn := r.Sentinel; sn != nil {
 		opts.Sentinel = &redis.Sentinel{Master: sn.Master, Addrs: sn.Addrs, Password: sn.Password}
 	}
-	if fb := r.Fallback; fb != nil {
-		opts.Fallback = &redis.Fallback{Instances: fb.Instances, Retry: fb.Retry, MaxKeys: fb.MaxKeys}
-	}
+	// TODO(lead): fallback/overlimit wiring (r.DenyCacheSize, r.Fallback).
 	s, err := redis.New(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))

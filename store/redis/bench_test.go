@@ -13,7 +13,6 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/redis"
-	goredis "github.com/redis/go-redis/v9"
 )
 
 // benchRules returns n rules (1 or 3) with limits high enough that every
@@ -37,20 +36,6 @@ var benchClients = []struct {
 	}},
 	{"rueidis-uncoalesced", func(b *testing.B, addr string) *redis.Options {
 		return &redis.Options{URL: "redis://" + addr, MaxCoalesce: 1}
-	}},
-	{"go-redis", func(b *testing.B, addr string) *redis.Options {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
-		b.Cleanup(func() { c.Close() })
-		return &redis.Options{GoRedis: c}
-	}},
-	{"go-redis-autopipeline", func(b *testing.B, addr string) *redis.Options {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
-		b.Cleanup(func() { c.Close() })
-		ap, err := c.AutoPipeline()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &redis.Options{GoRedis: ap}
 	}},
 }
 

@@ -21,7 +21,7 @@ import (
 func TestCoalescedMatchesAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	open := func(prefix string) *Store {
-		s, err := New(&Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: -1, KeyPrefix: prefix})
+		s, err := New(&Options{URL: "redis://" + srv.Addr, UseBatchTime: true, KeyPrefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}

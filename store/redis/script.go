@@ -191,3 +191,13 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 	blob = strconv.AppendUint(blob, b.Ticket, 10)
 	c.args = append(c.args[:0], unsafe.String(unsafe.SliceData(blob), len(blob)))
 }
+
+// leasesOnly reports whether every op of b is a Concurrency rule.
+func leasesOnly(b *store.Batch) bool {
+	for i := range b.Ops {
+		if b.Ops[i].Params.Algorithm != store.Concurrency {
+			return false
+		}
+	}
+	return true
+}

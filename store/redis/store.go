@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/store"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
@@ -21,8 +20,6 @@ type Store struct {
 	prefix    string
 	tag       HashTag
 	batchTime bool
-	cache     *denyCache
-	fb        *fallback
 	nodes     *nodes // per-master breakers, in Cluster
 	logger    *slog.Logger
 }
@@ -30,9 +27,7 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New connects to Redis as opts say (nil for the defaults) and returns the
-// store. Connecting fails fast when no server answers, unless opts has a
-// Fallback: the store then starts on the fallback's memory limits and
-// connects in the background, retrying every second.
+// store. It fails fast when no server answers.
 func New(opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -50,57 +45,25 @@ func New(opts *Options) (*Store, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	if f := opts.Fallback; f != nil {
-		if f.Instances < 1 {
-			return nil, fmt.Errorf("redis: fallback instances must be at least 1, got %d", f.Instances)
-		}
-		s.fb = newFallback(f)
-	}
 	switch {
 	case opts.Client != nil:
 		s.run = coalesced(&rueidisRunner{c: opts.Client}, opts.MaxCoalesce)
-	case opts.GoRedis != nil:
-		if _, ring := opts.GoRedis.(*goredis.Ring); ring {
-			// A Ring routes a script by its first key alone, so one rule
-			// key could be counted on several shards.
-			return nil, errors.New("redis: a go-redis Ring cannot hold floodgate's state; use a Client, a ClusterClient or a failover client")
-		}
-		s.run = &goRedisRunner{c: opts.GoRedis}
 	default:
 		co, err := clientOption(opts)
 		if err != nil {
 			return nil, err
 		}
-		wrap := func(r *rueidisRunner) runner { return coalesced(r, opts.MaxCoalesce) }
 		c, err := rueidis.NewClient(co)
-		switch {
-		case err == nil:
-			s.run = wrap(&rueidisRunner{c: c, owned: true})
-		case s.fb != nil:
-			// With a fallback, a Redis that is down at start is the same
-			// outage as one that goes down later: answer from memory and
-			// keep trying.
-			err = fmt.Errorf("redis: connect: %w", err)
-			s.logger.Warn("floodgate/redis: Redis unreachable at start; answering from per-instance memory limits and connecting in the background", "err", err)
-			s.run = newConnector(co, err, wrap, s.logger)
-		default:
+		if err != nil {
 			return nil, fmt.Errorf("redis: connect: %w", err)
 		}
-	}
-	if _, later := s.run.(*connector); later || s.run.cluster() {
-		s.nodes = newNodes(s.run, opts.NodeBreaker, s.logger)
+		s.run = coalesced(&rueidisRunner{c: c, owned: true}, opts.MaxCoalesce)
 	}
 	if s.run.cluster() {
+		s.nodes = newNodes(s.run, opts.NodeBreaker, s.logger)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.nodes.check(ctx)
 		cancel()
-	}
-	if opts.DenyCacheSize >= 0 {
-		n := opts.DenyCacheSize
-		if n == 0 {
-			n = DefaultDenyCacheSize
-		}
-		s.cache = newDenyCache(n)
 	}
 	return s, nil
 }
@@ -159,15 +122,12 @@ func clientOption(opts *Options) (rueidis.ClientOption, error) {
 }
 
 // Close releases the connections the store opened (not a client passed in
-// Options) and the fallback's memory.
+// Options).
 func (s *Store) Close() error {
 	if s.nodes != nil {
 		s.nodes.close()
 	}
 	s.run.close()
-	if s.fb != nil {
-		s.fb.close()
-	}
 	return nil
 }
 
@@ -178,80 +138,16 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	if len(b.Ops) == 0 {
 		return nil
 	}
-	local := s.localNow(b)
-	if s.fb != nil {
-		use, probe := s.fb.active(local)
-		if use {
-			return s.fb.apply(b)
-		}
-		if probe {
-			defer s.fb.endProbe()
-		}
-	}
 	b.Allowed = false
-	if s.cache != nil {
-		switch b.Mode {
-		case store.Consume:
-			// Only consumes are answered from the cache: a peek or a record
-			// must see every rule's true state.
-			if s.cache.deny(b, local) {
-				return nil
-			}
-		case store.Refund, store.Reset:
-			s.cache.forget(b)
-		}
-	}
-	err := s.apply(ctx, b)
-	if err != nil {
-		if ce := (*store.ConfinedError)(nil); s.fb != nil && unreachable(err) && errors.As(err, &ce) {
-			// One Cluster master is down: only this decision, whose keys
-			// live there, is answered from memory.
-			return s.fb.apply(b)
-		}
-		if s.fb != nil && unreachable(err) {
-			if s.fb.down(local) {
-				s.logger.Warn("floodgate/redis: Redis unreachable; answering from per-instance memory limits", "err", err)
-			}
-			return s.fb.apply(b)
-		}
-		return err
-	}
-	if s.fb != nil && s.fb.up() {
-		s.logger.Info("floodgate/redis: Redis reachable again; memory fallback off")
-	}
-	if s.cache != nil && (b.Mode == store.Consume || b.Mode == store.Peek) {
-		// A peek's denials are exact too, so consumes may learn from them.
-		s.cache.learn(b, local, s.denyBound())
-	}
-	return nil
+	return s.apply(ctx, b)
 }
 
-// denyBound caps how long (ns) the over-limit cache keeps a denial: see
-// ClusterDenyBound; 0 where decisions are never split across slots.
-func (s *Store) denyBound() int64 {
-	if s.tag == TagRule && s.run.cluster() {
-		return int64(ClusterDenyBound)
-	}
-	return 0
-}
-
-// localNow is the local clock reading (ns) the over-limit cache and the
-// fallback work with.
+// localNow is the local clock reading (ns) the Cluster breakers work with.
 func (s *Store) localNow(b *store.Batch) int64 {
 	if s.batchTime {
 		return b.Now.UnixNano()
 	}
 	return time.Now().UnixNano()
-}
-
-// unreachable reports whether err means Redis could not be asked (as
-// opposed to a script error, a bug the fallback must not hide).
-func unreachable(err error) bool {
-	var se *serverError
-	if errors.As(err, &se) {
-		return !strings.HasPrefix(se.msg, "ERR") && !strings.HasPrefix(se.msg, "WRONGTYPE")
-	}
-	return true
 }
 
 // retryable reports whether a call that failed with err is sent once more:
@@ -482,9 +378,6 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 	for _, g := range back {
 		if g.c.err == nil {
 			s.results(b, g, true)
-			if s.cache != nil {
-				s.cache.gaveBack(b, g.idx, s.localNow(b))
-			}
 		}
 	}
 }
