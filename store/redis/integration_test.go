@@ -2,7 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -246,10 +245,10 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("admitted %d + %d, over the limits %v", a0, a1, limits)
 	}
 	counter := func(rule, key string) int64 {
-		k := "fg:{cl/" + rule + ":" + key + "}:f"
+		k := "fg:{cl/" + rule + ":" + key + "}:fixed"
 		for _, n := range cl.Nodes {
-			if v, err := n.Do("GET", k); err == nil && len(v) == 24 {
-				return int64(binary.LittleEndian.Uint64([]byte(v[8:16])))
+			if v, err := n.Do("GET", k); err == nil && v != "" {
+				return fixedCount(t, v)
 			}
 		}
 		return 0
@@ -395,19 +394,16 @@ func TestClusterTagLimiter(t *testing.T) {
 		for _, n := range cl.Nodes {
 			if v, err := n.Do("GET", k); err == nil && v != "" {
 				slot := n.MustDo("CLUSTER", "KEYSLOT", k)
-				if len(v) == 24 {
-					return int64(binary.LittleEndian.Uint64([]byte(v[8:16]))), slot
-				}
-				return -1, slot
+				return fixedCount(t, v), slot
 			}
 		}
 		return 0, ""
 	}
 	want := cl.Nodes[0].MustDo("CLUSTER", "KEYSLOT", "gw")
-	if got, slot := counter("fg:{gw}/rpm:r:f"); got != a0+a1 || slot != want {
+	if got, slot := counter("fg:{gw}/rpm:r:fixed"); got != a0+a1 || slot != want {
 		t.Errorf("rpm counter %d in slot %s, want %d in slot %s", got, slot, a0+a1, want)
 	}
-	for _, k := range []string{"fg:{gw}/upm:u0:s", "fg:{gw}/upm:u1:s"} {
+	for _, k := range []string{"fg:{gw}/upm:u0:sliding", "fg:{gw}/upm:u1:sliding"} {
 		found := false
 		for _, n := range cl.Nodes {
 			if v, err := n.Do("EXISTS", k); err == nil && v == "1" {
@@ -656,4 +652,15 @@ func TestClusterCompensationGivesBack(t *testing.T) {
 	if stale > 0 {
 		t.Fatalf("%d stale denials after the bound", stale)
 	}
+}
+
+// fixedCount reads the units counted in a fixed window's state, as
+// redis-cli GET shows it: "n=7 start=... end=...".
+func fixedCount(t *testing.T, v string) int64 {
+	t.Helper()
+	var n, start, end int64
+	if _, err := fmt.Sscanf(v, "n=%d start=%d end=%d", &n, &start, &end); err != nil {
+		t.Fatalf("fixed window state %q: %v", v, err)
+	}
+	return n
 }

@@ -2,10 +2,8 @@ package redis
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -124,137 +122,70 @@ func (r *rueidisRunner) cmd(c *call, eval bool) rueidis.Completed {
 	return r.c.B().Evalsha().Sha1(scriptSHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 }
 
-// do runs c alone, with EVAL if the server lacks the script, and returns
-// the script's raw reply.
-func (r *rueidisRunner) do(ctx context.Context, c *call) (string, error) {
-	s, err := text(r.c.Do(ctx, r.cmd(c, false)))
-	if isNoScript(err) {
-		s, err = text(r.c.Do(ctx, r.cmd(c, true)))
-	}
-	return s, err
-}
-
-func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
+// eval sends the calls together (pipelined) with EVALSHA, then those the
+// server lacks the script for once more with EVAL, and returns their raw
+// results in order.
+func (r *rueidisRunner) eval(ctx context.Context, calls []*call) []rueidis.RedisResult {
 	if len(calls) == 1 {
-		c := calls[0]
-		c.reply, c.err = decodeReply(r.do(ctx, c))
-		return
+		res := r.c.Do(ctx, r.cmd(calls[0], false))
+		if isNoScript(serverErr(res.Error())) {
+			res = r.c.Do(ctx, r.cmd(calls[0], true))
+		}
+		return []rueidis.RedisResult{res}
 	}
 	cmds := make(rueidis.Commands, len(calls))
 	for i, c := range calls {
 		cmds[i] = r.cmd(c, false)
 	}
-	var again []*call
-	for i, res := range r.c.DoMulti(ctx, cmds...) {
-		if fill(calls[i], res); isNoScript(calls[i].err) {
-			again = append(again, calls[i])
+	out := r.c.DoMulti(ctx, cmds...)
+	for i, res := range out {
+		if isNoScript(serverErr(res.Error())) {
+			out[i] = r.c.Do(ctx, r.cmd(calls[i], true))
 		}
 	}
-	if len(again) == 0 {
-		return
-	}
-	cmds = cmds[:0]
-	for _, c := range again {
-		cmds = append(cmds, r.cmd(c, true))
-	}
-	for i, res := range r.c.DoMulti(ctx, cmds...) {
-		fill(again[i], res)
+	return out
+}
+
+// run fills each call's reply or err: each call carries one batch.
+func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
+	for i, res := range r.eval(ctx, calls) {
+		var replies [1][]int64
+		var errs [1]error
+		err := decode(res, replies[:], errs[:])
+		if err == nil {
+			err = errs[0]
+		}
+		calls[i].reply, calls[i].err = replies[0], err
 	}
 }
 
-// fill decodes res into c's reply or err.
-func fill(c *call, res rueidis.RedisResult) { c.reply, c.err = decodeReply(text(res)) }
-
-// text returns res's string, or its error (a Redis error reply as a
-// *serverError).
-func text(res rueidis.RedisResult) (string, error) {
-	s, err := res.ToString()
+// serverErr returns err, as a *serverError when it is an error reply.
+func serverErr(err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok {
-		err = &serverError{msg: re.Error()}
+		return &serverError{msg: re.Error()}
 	}
-	return s, err
+	return err
 }
 
-// decodeReply returns the reply to a call of one batch: its numbers, or
-// its error.
-func decodeReply(s string, err error) ([]int64, error) {
+// decode reads the script's reply to a call of len(replies) batches into
+// each batch's numbers or error (a *serverError); it returns the call's
+// own error.
+func decode(res rueidis.RedisResult, replies [][]int64, errs []error) error {
+	all, err := res.ToArray()
 	if err != nil {
-		return nil, err
+		return serverErr(err)
 	}
-	var replies [1][]int64
-	var errs [1]error
-	if err := splitReply(s, replies[:], errs[:]); err != nil {
-		return nil, err
+	if len(all) != len(replies) {
+		return fmt.Errorf("redis: script replied for %d batches, want %d", len(all), len(replies))
 	}
-	return replies[0], errs[0]
-}
-
-// splitReply reads the script's reply to a call of len(replies) batches
-// into each batch's numbers or error (a *serverError). The reply is
-// little-endian doubles, integers all: for each batch a count n, then
-// n numbers; a failed batch's count is -1 - the length of its error
-// message, and the messages follow the numbers, in order.
-func splitReply(s string, replies [][]int64, errs []error) error {
-	pos, failed := 0, 0
-	// One array holds every batch's numbers (at most what the reply holds
-	// beyond the counts); each batch gets its own part of it.
-	all := make([]int64, 0, max(0, len(s)/8-len(replies)))
-	for i := range replies {
-		if len(s)-pos < 8 {
-			return errShortReply
-		}
-		n := replyNumber(s[pos:])
-		pos += 8
-		if n < 0 {
-			failed++
+	for i, m := range all {
+		if err := m.Error(); err != nil {
+			errs[i] = serverErr(err)
 			continue
 		}
-		if int64(len(s)-pos)/8 < n {
-			return errShortReply
+		if replies[i], err = m.AsIntSlice(); err != nil {
+			errs[i] = fmt.Errorf("redis: unexpected script reply: %w", err)
 		}
-		start := len(all)
-		for j := range int(n) {
-			all = append(all, replyNumber(s[pos+8*j:]))
-		}
-		replies[i], errs[i] = all[start:len(all):len(all)], nil
-		pos += 8 * int(n)
-	}
-	if failed == 0 {
-		if pos != len(s) {
-			return errLongReply
-		}
-		return nil
-	}
-	// The messages of the failed batches, in order, after the numbers.
-	msgs := pos
-	pos = 0
-	for i := range replies {
-		n := replyNumber(s[pos:])
-		pos += 8
-		if n >= 0 {
-			pos += 8 * int(n)
-			continue
-		}
-		m := int(-1 - n)
-		if len(s)-msgs < m {
-			return errShortReply
-		}
-		replies[i], errs[i] = nil, &serverError{msg: strings.Clone(s[msgs : msgs+m])}
-		msgs += m
-	}
-	if msgs != len(s) {
-		return errLongReply
 	}
 	return nil
 }
-
-// replyNumber reads the number (a double holding an integer) at the start
-// of s.
-func replyNumber(s string) int64 {
-	return int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[:8]))))
-}
-
-var (
-	errShortReply = errors.New("redis: script reply too short")
-	errLongReply  = errors.New("redis: script reply too long")
-)
