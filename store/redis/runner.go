@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -167,25 +168,48 @@ func serverErr(err error) error {
 	return err
 }
 
-// decode reads the script's reply to a call of len(replies) batches into
-// each batch's numbers or error (a *serverError); it returns the call's
-// own error.
+// decode reads the script's reply to a call of len(replies) batches, a
+// line per batch, into each batch's numbers or error (a *serverError); it
+// returns the call's own error.
 func decode(res rueidis.RedisResult, replies [][]int64, errs []error) error {
-	all, err := res.ToArray()
+	text, err := res.ToString()
 	if err != nil {
 		return serverErr(err)
 	}
-	if len(all) != len(replies) {
-		return fmt.Errorf("redis: script replied for %d batches, want %d", len(all), len(replies))
+	text, _ = strings.CutSuffix(text, "\n")
+	i := 0
+	for line := range strings.SplitSeq(text, "\n") {
+		if i == len(replies) {
+			break
+		}
+		if !startsNumber(line) {
+			errs[i] = &serverError{msg: line} // such as "ERR ..." or "WRONGTYPE ..."
+		} else if replies[i], err = numbers(line); err != nil {
+			errs[i] = fmt.Errorf("redis: unexpected script reply %q: %w", line, err)
+		}
+		i++
 	}
-	for i, m := range all {
-		if err := m.Error(); err != nil {
-			errs[i] = serverErr(err)
-			continue
-		}
-		if replies[i], err = m.AsIntSlice(); err != nil {
-			errs[i] = fmt.Errorf("redis: unexpected script reply: %w", err)
-		}
+	if i != len(replies) || strings.Count(text, "\n") != len(replies)-1 {
+		return fmt.Errorf("redis: script replied for %d batches, want %d", strings.Count(text, "\n")+1, len(replies))
 	}
 	return nil
+}
+
+// startsNumber reports whether line starts with a digit or "-" and one.
+func startsNumber(line string) bool {
+	line = strings.TrimPrefix(line, "-")
+	return line != "" && line[0] >= '0' && line[0] <= '9'
+}
+
+// numbers reads a batch's reply: integers separated by spaces.
+func numbers(text string) ([]int64, error) {
+	out := make([]int64, 0, 1+strings.Count(text, " "))
+	for f := range strings.SplitSeq(text, " ") {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

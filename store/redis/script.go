@@ -116,62 +116,69 @@ func calBounds(p *store.Params, t int64) [4]int64 {
 }
 
 // build fills c with the keys and arguments that run the ops at idx of b
-// in the given mode, all in decimal (see scripts/apply.lua), so that
-// MONITOR shows what a decision asked. now is the time in µs, or -1 for
-// the server's; ref (µs) is the time calendar windows are computed around;
+// in the given mode, in decimal (see scripts/apply.lua), so that MONITOR
+// shows what a decision asked. now is the time in µs, or -1 for the
+// server's; ref (µs) is the time calendar windows are computed around;
 // stamps, when not nil, replace the ops' stamps (a compensation's).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
-	var keep int64 // only a refund keeps a spent-ticket record
-	if mode == int(store.Refund) {
-		for _, i := range idx {
-			keep = max(keep, algo.TicketLifetime(&b.Ops[i].Params))
-		}
-	}
 	refund := mode == int(store.Refund) || mode == modeCompensate
-	num := func(v int64) { c.args = append(c.args, strconv.FormatInt(v, 10)) }
-	c.keys, c.args = c.keys[:0], append(c.args[:0], modeNames[mode])
-	num(now)
-	num(b.Cost)
-	c.args = append(c.args, strconv.FormatUint(b.Ticket, 10))
-	num(int64(len(idx)))
-	num(keep)
+	c.keys = c.keys[:0]
+	c.args = append(c.args[:0], modeNames[mode], strconv.FormatInt(now, 10), strconv.FormatInt(b.Cost, 10),
+		strconv.FormatUint(b.Ticket, 10), strconv.Itoa(len(idx)))
 	for _, i := range idx {
 		op := &b.Ops[i]
-		p := &op.Params
-		key := s.keyOf(op.Scope, op.Key, suffix[p.Algorithm])
+		key := s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
 		c.keys = append(c.keys, key)
-		if p.Algorithm == store.Concurrency {
+		if op.Params.Algorithm == store.Concurrency {
 			c.keys = append(c.keys, key+leaseSet)
 		}
-		shadow := "0"
-		if op.Shadow {
-			shadow = "1"
-		}
-		c.args = append(c.args, p.Algorithm.String())
-		num(p.Limit)
-		num(p.Window.Microseconds())
-		num(p.Burst)
-		c.args = append(c.args, p.Align.String(), shadow)
-		if p.Algorithm == store.FixedWindow && (p.Align == store.AlignDay || p.Align == store.AlignMonth) {
-			for _, v := range calBounds(p, ref) {
-				num(v)
-			}
-		}
-		if p.Algorithm == store.SlidingWindow {
-			num(p.Buckets)
-		}
+		c.args = append(c.args, ruleText(op, ref))
 		if refund {
 			stamp := op.Stamp
 			if stamps != nil {
 				stamp = stamps[i]
 			}
-			num(stamp)
+			c.args = append(c.args, strconv.FormatInt(stamp, 10))
 		}
 	}
 	if mode == int(store.Refund) {
 		op := &b.Ops[idx[0]]
 		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
 	}
+}
+
+// ruleText is op's rule as the script reads it, such as
+// "gcra limit=100 window=60000000 burst=20": fields at their defaults
+// (burst 0, align first_hit, no shadow) are left out. Calendar windows
+// carry the boundaries of the windows around ref.
+func ruleText(op *store.Op, ref int64) string {
+	p := &op.Params
+	t := make([]byte, 0, 96)
+	t = append(t, p.Algorithm.String()...)
+	t = strconv.AppendInt(append(t, " limit="...), p.Limit, 10)
+	t = strconv.AppendInt(append(t, " window="...), p.Window.Microseconds(), 10)
+	if p.Burst != 0 {
+		t = strconv.AppendInt(append(t, " burst="...), p.Burst, 10)
+	}
+	if p.Algorithm == store.SlidingWindow {
+		t = strconv.AppendInt(append(t, " buckets="...), p.Buckets, 10)
+	}
+	if p.Algorithm == store.FixedWindow && p.Align != store.AlignFirstHit {
+		t = append(append(t, " align="...), p.Align.String()...)
+		if p.Align == store.AlignDay || p.Align == store.AlignMonth {
+			t = append(t, " bounds="...)
+			for j, v := range calBounds(p, ref) {
+				if j > 0 {
+					t = append(t, ',')
+				}
+				t = strconv.AppendInt(t, v, 10)
+			}
+		}
+	}
+	if op.Shadow {
+		t = append(t, " shadow=1"...)
+	}
+	return string(t)
 }
 
 // leasesOnly reports whether every op of b is a Concurrency rule.

@@ -1,41 +1,81 @@
 -- floodgate: apply batches of rule operations, each in one atomic step.
 --
--- ARGV holds one or more batches (decisions), one after another, in
--- decimal: mode (consume, peek, record, refund, reset, or compensate: a
--- refund that keeps no spent-ticket record), now (µs, or -1 for the
--- server's TIME), cost, ticket, the number of ops, how long a refunded
--- ticket is remembered (µs); then per op: algorithm, limit, window (µs),
--- burst, align, shadow (1 or 0), the algorithm's own arguments (see its
--- args) and, for refunds, the stamp. KEYS holds each batch's keys in the
--- same order: each op's state key (a concurrency op has a second, its lease
--- set), then, for a refund, its spent-ticket key.
+-- ARGV holds one or more batches (decisions), one after another: mode
+-- (consume, peek, record, refund, reset, or compensate: a refund that keeps
+-- no spent-ticket record), now (µs, or -1 for the server's TIME), cost,
+-- ticket, the number of ops; then per op its rule, such as
+-- "gcra limit=100 window=60000000 burst=20" (see rule), and for refunds
+-- the stamp. KEYS holds each batch's keys in the same order: each op's
+-- state key (a concurrency op has a second, its lease set), then, for a
+-- refund, its spent-ticket key.
 --
--- The reply has one entry per batch, each applied atomically and
--- independently of the others, exactly as alone: {allowed, now, then per
--- op: status (0 refused, 1 admitted, 2 admitted and charged, 3 never: the
--- cost exceeds the limit), retry, remaining, reset, stamp}; or {-1, now}
--- when the calendar window holding now was not among the boundaries passed
--- in (nothing has changed; the caller retries); or the batch's error.
+-- The reply is a line per batch, each applied atomically and independently
+-- of the others, exactly as alone: "allowed now", then per op " status
+-- retry remaining reset stamp" (status 0 refused, 1 admitted, 2 admitted
+-- and charged, 3 never: the cost exceeds the limit); or "-1 now" when the
+-- calendar window holding now was not among the boundaries passed in
+-- (nothing has changed; the caller retries); or the batch's error.
+
+-- rule reads a rule: its algorithm, then name=value fields: limit, window
+-- (µs), burst, buckets (sliding windows), align (fixed windows: first_hit,
+-- the default, clock, day or month; day and month come with bounds=b0,b1,
+-- b2,b3, the boundaries of the calendar windows before, at and after the
+-- caller's time, as Lua cannot read zones) and shadow=1. The rules of a
+-- call repeat (one per limiter rule), so each is read once per call.
+local rules = {}
+local function rule(text)
+  local r = rules[text]
+  if r then return r end
+  local name, rest = string.match(text, '^(%S+)(.*)$')
+  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
+  if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
+  for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
+    if k == 'align' then
+      r.align = v
+    elseif k == 'shadow' then
+      r.shadow = v == '1'
+    elseif k == 'bounds' then
+      r.bounds = {}
+      for b in string.gmatch(v, '[^,]+') do r.bounds[#r.bounds + 1] = tonumber(b) end
+    else
+      r[k] = tonumber(v)
+    end
+  end
+  -- How long a refunded ticket is remembered (algo.TicketLifetime): a
+  -- calendar day can last 25 hours and a month 31 days.
+  r.lifetime = r.window
+  if r.align == 'day' then r.lifetime = 25 * 3600e6 elseif r.align == 'month' then r.lifetime = 32 * 24 * 3600e6 end
+  rules[text] = r
+  return r
+end
 
 -- parse reads the batch at ARGV[i] and KEYS[k]; it returns the batch and
--- the indexes of the next.
+-- the indexes of the next. The batch and op tables are the call's, reused
+-- by each batch in turn (making tables is a good part of a script's cost),
+-- so parse sets every field an op has.
+local batch, pool = {ops = {}}, {}
 local function parse(i, k)
-  local b = {mode = ARGV[i], now = tonumber(ARGV[i + 1]), cost = math.min(tonumber(ARGV[i + 2]), MAX),
-    ticket = ARGV[i + 3], keep = tonumber(ARGV[i + 5]), ops = {}}
+  local b = batch
+  b.mode, b.now, b.cost, b.ticket = ARGV[i], tonumber(ARGV[i + 1]), math.min(tonumber(ARGV[i + 2]), MAX), ARGV[i + 3]
+  b.keep, b.spent = 0, nil
   local refund = b.mode == 'refund' or b.mode == 'compensate'
-  i = i + 6
-  for j = 1, tonumber(ARGV[i - 2]) do
-    local kind = ALG[ARGV[i]]
-    if not kind then error('unknown algorithm ' .. tostring(ARGV[i])) end
-    local op = {kind = kind, key = KEYS[k], limit = tonumber(ARGV[i + 1]), window = tonumber(ARGV[i + 2]),
-      burst = tonumber(ARGV[i + 3]), align = ARGV[i + 4], shadow = ARGV[i + 5] == '1', ticket = b.ticket,
-      a = 0, b = 0, c = 0, retry = 0, rem = 0, reset = 0, out = 0}
-    k = k + 1
-    if kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
-    i = kind.args(op, ARGV, i + 6)
+  local n = tonumber(ARGV[i + 4])
+  i = i + 5
+  for j = 1, n do
+    local r, op = rule(ARGV[i]), pool[j] or {}
+    pool[j], b.ops[j] = op, op
+    op.kind, op.key, op.lkey, op.ticket, op.stamp = r.kind, KEYS[k], nil, b.ticket, 0
+    op.limit, op.window, op.burst, op.buckets = r.limit, r.window, r.burst, r.buckets
+    op.align, op.bounds, op.shadow = r.align, r.bounds, r.shadow
+    op.a, op.b, op.c, op.live, op.exists, op.dirty = 0, 0, 0, false, false, false
+    op.ok, op.never, op.took, op.retry, op.rem, op.reset, op.out = false, false, false, 0, 0, 0, 0
+    op.k, op.ring, op.changed, op.full, op.clear = nil, nil, nil, nil, nil -- sliding windows'
+    i, k = i + 1, k + 1
+    if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
     if refund then op.stamp, i = tonumber(ARGV[i]), i + 1 end
-    b.ops[j] = op
+    b.keep = math.max(b.keep, r.lifetime)
   end
+  for j = n + 1, #b.ops do b.ops[j] = nil end
   if b.mode == 'refund' then b.spent, k = KEYS[k], k + 1 end
   return b, i, k
 end
@@ -52,15 +92,38 @@ local function persist(op)
   end
 end
 
+-- The reply is one string for the call, a line per batch, formatted once
+-- at the end: the lines' values gather in R, their formats in F and their
+-- numbers of values in C.
+local R, F, C, formats = {}, {}, {}, {}
+local function line(format, ...)
+  local n = select('#', ...)
+  for j = 1, n do R[#R + 1] = select(j, ...) end
+  F[#F + 1], C[#C + 1] = format, n
+end
+
+-- reply adds a batch's line: "allowed now", then per op " status retry
+-- remaining reset stamp".
 local function reply(b, allowed)
-  local r = {allowed and 1 or 0, now}
+  local n = #R
+  R[n + 1], R[n + 2] = allowed and 1 or 0, now
+  n = n + 2
   for _, op in ipairs(b.ops) do
     local status = 0
     if op.took then status = 2 elseif op.ok then status = 1 elseif op.never then status = 3 end
-    r[#r + 1], r[#r + 2], r[#r + 3], r[#r + 4], r[#r + 5] = status, op.retry, op.rem, op.reset, op.out
+    R[n + 1], R[n + 2], R[n + 3], R[n + 4], R[n + 5] = status, op.retry, op.rem, op.reset, op.out
+    n = n + 5
   end
-  return r
+  local ops = #b.ops
+  local f = formats[ops]
+  if not f then
+    f = string.rep('%d ', 1 + 5 * ops) .. '%d\n'
+    formats[ops] = f
+  end
+  F[#F + 1], C[#C + 1] = f, 2 + 5 * ops
 end
+
+local function miss() line('%d %d\n', -1, now) end
 
 local function reset(b)
   for _, op in ipairs(b.ops) do
@@ -77,7 +140,7 @@ local function refund(b)
   if b.mode == 'refund' and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
   for _, op in ipairs(b.ops) do op.kind.load(op) end
   for _, op in ipairs(b.ops) do
-    if op.exists and op.kind.inplace and not op.kind.normalize(op) then return {-1, now} end
+    if op.exists and op.kind.inplace and not op.kind.normalize(op) then return miss() end
   end
   for _, op in ipairs(b.ops) do
     if op.exists then
@@ -107,7 +170,7 @@ end
 local function decide(b)
   for _, op in ipairs(b.ops) do
     op.kind.load(op)
-    if not op.kind.normalize(op) then return {-1, now} end
+    if not op.kind.normalize(op) then return miss() end
   end
   local record, allowed = b.mode == 'record', true
   for _, op in ipairs(b.ops) do
@@ -136,18 +199,28 @@ local function run(b)
 end
 
 -- The call: every batch, in order. One batch's error does not stop the
--- others: it becomes that batch's reply.
+-- others: it becomes that batch's line, "ERR ..." or the like.
 prefetch()
-local out, i, k = {}, 1, 1
+local i, k = 1, 1
 while i <= #ARGV do
   local b
   b, i, k = parse(i, k)
-  local ok, r = pcall(run, b)
+  local r, f = #R, #F
+  local ok, err = pcall(run, b)
   if not ok then
-    if type(r) == 'table' and r.err then r = r.err else r = 'ERR ' .. tostring(r) end
-    r = {err = r}
+    for j = r + 1, #R do R[j] = nil end
+    for j = f + 1, #F do F[j], C[j] = nil, nil end
+    if type(err) == 'table' and err.err then err = err.err else err = 'ERR ' .. tostring(err) end
+    line('%s\n', (string.gsub(err, '\n', ' ')))
   end
-  out[#out + 1] = r
 end
 flush()
-return out
+-- string.format takes a few thousand values at most: 200 lines at a time.
+local out, from = {}, 1
+for s = 1, #F, 200 do
+  local e, to = math.min(s + 199, #F), from - 1
+  for j = s, e do to = to + C[j] end
+  out[#out + 1] = string.format(table.concat(F, '', s, e), unpack(R, from, to))
+  from = to + 1
+end
+return table.concat(out)

@@ -7,8 +7,6 @@
 local bucket = texted({}, {'tokens', 'a'}, {'frac', 'b'}, {'ts', 'c'})
 ALG.token_bucket = bucket
 
-function bucket.args(op, argv, i) return i end
-
 function bucket.normalize(op)
   local burst, w = op.burst, op.window
   if not op.live then
@@ -61,8 +59,6 @@ end
 
 local gcra = texted({}, {'tat', 'a'}, {'frac', 'b'}, {'limit', 'c'})
 ALG.gcra = gcra
-
-function gcra.args(op, argv, i) return i end
 
 -- Under another limit than c, the arrival time is rounded up to a whole µs.
 function gcra.normalize(op)

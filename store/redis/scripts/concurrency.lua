@@ -6,8 +6,6 @@
 local leases = {inplace = true, keys = 2}
 ALG.concurrency = leases
 
-function leases.args(op, argv, i) return i end
-
 function leases.load(op)
   local v = redis.call('HGET', op.key, 'n')
   if v then op.a, op.exists = tonumber(v), true end

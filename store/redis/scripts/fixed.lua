@@ -4,17 +4,9 @@
 local fixed = texted({}, {'n', 'b'}, {'start', 'a'}, {'end', 'c'})
 ALG.fixed_window = fixed
 
--- Calendar windows (align day or month) come with the boundaries of the
--- windows before, at and after the caller's time: Lua cannot read zones.
-function fixed.args(op, argv, i)
-  if op.align == 'day' or op.align == 'month' then
-    op.bounds = {tonumber(argv[i]), tonumber(argv[i + 1]), tonumber(argv[i + 2]), tonumber(argv[i + 3])}
-    return i + 4
-  end
-  return i
-end
-
--- window returns the window [s, e) that opens at now, or nil.
+-- window returns the window [s, e) that opens at now, or nil. Calendar
+-- windows (align day or month) come with the boundaries of the windows
+-- before, at and after the caller's time: Lua cannot read zones.
 local function window(op)
   if op.align == 'clock' then
     local s = fdiv(now, op.window) * op.window

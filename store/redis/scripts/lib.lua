@@ -43,9 +43,19 @@ local function settime(t)
   now, slack = servernow, 0
 end
 
--- ttl is the relative expiry in ms (rounded up) of an instant exp in µs.
+-- ttl is the relative expiry in ms (rounded up) of an instant exp in µs,
+-- in decimal: redis.call formats a number argument with "%.17g", which
+-- costs more than the SET it is for. TTLs repeat (a window, a
+-- millisecond), so each is formatted once per call.
+local ttltext = {}
 local function ttl(exp)
-  return math.max(1, ceildiv(exp - now, 1000)) + slack
+  local ms = math.max(1, ceildiv(exp - now, 1000)) + slack
+  local t = ttltext[ms]
+  if not t then
+    t = string.format('%d', ms)
+    ttltext[ms] = t
+  end
+  return t
 end
 
 -- Fixed windows, token buckets and GCRA keep three numbers (a, b, c) as a
@@ -87,18 +97,17 @@ end
 -- order given (such as {'n', 'b'}, {'start', 'a'}, {'end', 'c'}), the
 -- load, save and forget that keep it in the call's cache.
 local function texted(kind, f1, f2, f3)
-  local fields = {f1, f2, f3}
   local names, pat = {}, {}
-  for j, f in ipairs(fields) do
+  for j, f in ipairs({f1, f2, f3}) do
     names[j], pat[j] = f[1] .. '=%d', f[1] .. '=(%-?%d+)'
   end
   local format, pattern = table.concat(names, ' '), '^' .. table.concat(pat, ' ') .. '$'
   function kind.load(op)
     local v = cached[op.key]
     if not v then return end
-    local x = {string.match(v, pattern)}
-    if #x ~= 3 then error('floodgate: ' .. op.key .. ' holds ' .. v) end
-    for j = 1, 3 do op[fields[j][2]] = tonumber(x[j]) end
+    local x, y, z = string.match(v, pattern)
+    if not z then error('floodgate: ' .. op.key .. ' holds ' .. v) end
+    op[f1[2]], op[f2[2]], op[f3[2]] = tonumber(x), tonumber(y), tonumber(z)
     op.live, op.exists = true, true
   end
   function kind.save(op, exp)
@@ -115,9 +124,8 @@ end
 -- ALG holds each algorithm's functions, by its configuration name. Each
 -- takes an op: {key, limit, window, burst, align, a, b, c, live, exists,
 -- dirty, ...} and works at now:
---   args(op, ARGV, i) reads the op's own arguments from ARGV[i], returns
---     the next index; load(op) reads the state; normalize(op) brings it to
---     now (false: the calendar window holding now was not passed in);
+--   load(op) reads the state; normalize(op) brings it to now (false: the
+--     calendar window holding now was not passed in);
 --   check(op, n) -> ok, never, retry; take(op, n) -> stamp;
 --   give(op, n, stamp); status(op) -> remaining, reset;
 --   expiry(op) -> the instant the state means no key (default now + reset);

@@ -6,11 +6,6 @@
 local sliding = {inplace = true}
 ALG.sliding_window = sliding
 
-function sliding.args(op, argv, i)
-  op.buckets = tonumber(argv[i])
-  return i + 1
-end
-
 function sliding.load(op)
   local v = redis.call('HMGET', op.key, 'bucket', 'n', 'buckets')
   op.ring, op.changed = {}, {}
