@@ -292,13 +292,13 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 // (CONFIG GET) through that client, and warns about both.
 func TestClientClusterStartupChecks(t *testing.T) {
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{})
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true})
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true, DisableRetry: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer client.Close()
 	var logs syncbuf.Buffer
-	store, err := redis.New(&redis.Options{Client: client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	store, err := redis.NewFromClient(client, &redis.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

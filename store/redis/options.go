@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-
-	"github.com/redis/rueidis"
 )
 
 // DefaultKeyPrefix is the prefix of every key a Store writes when
@@ -78,10 +76,6 @@ type Options struct {
 	// Cluster but the key names: switching it starts every limit afresh.
 	HashTag HashTag
 
-	// Client, when set, is an existing rueidis client to use instead of
-	// connecting; the connection fields above are then ignored and Close
-	// leaves the client open.
-	Client rueidis.Client
 	// UseBatchTime makes the scripts use Batch.Now (the limiter's clock)
 	// instead of the server's TIME. Tests use it to drive a Redis store
 	// with a fake clock; in production leave it false, so instances with

@@ -18,23 +18,11 @@ type call struct {
 	err   error
 }
 
-// runner runs the script with EVALSHA, falling back to EVAL when the server
-// does not hold it (a restarted or new node), and fills each call's reply or
-// err. Calls of one run go out together (pipelined) and may reach
-// different nodes.
+// runner runs script calls and fills each call's reply or err: a
+// rueidisRunner, or a coalescer over one. Calls of one run go out together
+// (pipelined) and may reach different nodes.
 type runner interface {
 	run(ctx context.Context, calls []*call)
-	// cluster reports whether calls go to a Redis Cluster, so that a
-	// batch is split by slot.
-	cluster() bool
-	// ping checks that Redis answers.
-	ping(ctx context.Context) error
-	// slots reads a Cluster's slot map (CLUSTER SLOTS).
-	slots(ctx context.Context) ([]slotRange, error)
-	// config returns a configuration parameter's value on each node that
-	// lets it be read, by address.
-	config(ctx context.Context, name string) (map[string]string, error)
-	close()
 }
 
 // serverError is an error reply from Redis (as opposed to a failure to get
@@ -51,11 +39,12 @@ func isNoScript(err error) bool {
 	return errors.As(err, &se) && strings.HasPrefix(se.msg, "NOSCRIPT")
 }
 
-// rueidisRunner runs scripts on a rueidis client, whose auto-pipelining
-// makes concurrent calls share round trips.
+// rueidisRunner runs scripts on a rueidis client with EVALSHA, falling
+// back to EVAL when the server does not hold the script (a restarted or new
+// node). The client's auto-pipelining makes concurrent calls share round
+// trips.
 type rueidisRunner struct {
-	c     rueidis.Client
-	owned bool
+	c rueidis.Client
 }
 
 func (r *rueidisRunner) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
@@ -108,12 +97,6 @@ func (r *rueidisRunner) config(ctx context.Context, name string) (map[string]str
 		return nil, last
 	}
 	return out, nil
-}
-
-func (r *rueidisRunner) close() {
-	if r.owned {
-		r.c.Close()
-	}
 }
 
 func (r *rueidisRunner) cmd(c *call, eval bool) rueidis.Completed {

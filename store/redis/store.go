@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,10 @@ import (
 // concurrent use. It is a remote store: limiters give each call a deadline
 // and a circuit breaker. Call Close when done.
 type Store struct {
-	run       runner
+	c         rueidis.Client
+	owned     bool // made by New: Close closes it
+	r         *rueidisRunner
+	run       runner // r, or a coalescer over it
 	prefix    string
 	tag       HashTag
 	batchTime bool
@@ -32,7 +36,40 @@ func New(opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	s := &Store{prefix: opts.KeyPrefix, tag: opts.HashTag, batchTime: opts.UseBatchTime, logger: opts.Logger}
+	co, err := clientOption(opts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		return nil, fmt.Errorf("redis: connect: %w", err)
+	}
+	s, err := newStore(c, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// NewFromClient returns a store on a caller's rueidis client (a single
+// node, Sentinel or Cluster client); opts (nil for the defaults) gives
+// everything but the connection, whose fields are ignored. Close leaves
+// the client open. Make the client with DisableRetry: a script that may
+// have run must not be sent twice.
+func NewFromClient(c rueidis.Client, opts *Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redis: nil client")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	return newStore(c, opts)
+}
+
+func newStore(c rueidis.Client, opts *Options) (*Store, error) {
+	s := &Store{c: c, prefix: opts.KeyPrefix, tag: opts.HashTag, batchTime: opts.UseBatchTime, logger: opts.Logger}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
@@ -45,22 +82,13 @@ func New(opts *Options) (*Store, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	switch {
-	case opts.Client != nil:
-		s.run = coalesced(&rueidisRunner{c: opts.Client}, opts.MaxCoalesce)
-	default:
-		co, err := clientOption(opts)
-		if err != nil {
-			return nil, err
-		}
-		c, err := rueidis.NewClient(co)
-		if err != nil {
-			return nil, fmt.Errorf("redis: connect: %w", err)
-		}
-		s.run = coalesced(&rueidisRunner{c: c, owned: true}, opts.MaxCoalesce)
+	r := &rueidisRunner{c: c}
+	s.r, s.run = r, r
+	if max := cmp.Or(opts.MaxCoalesce, DefaultMaxCoalesce); !r.cluster() && max > 1 {
+		s.run = &coalescer{rueidisRunner: r, max: max}
 	}
-	if s.run.cluster() {
-		s.nodes = newNodes(s.run, opts.NodeBreaker, s.logger)
+	if r.cluster() {
+		s.nodes = newNodes(r, opts.NodeBreaker, s.logger)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.nodes.check(ctx)
 		cancel()
@@ -121,25 +149,50 @@ func clientOption(opts *Options) (rueidis.ClientOption, error) {
 	return co, nil
 }
 
-// Close releases the connections the store opened (not a client passed in
-// Options).
+// Close releases the connections New opened (not a client passed to
+// NewFromClient).
 func (s *Store) Close() error {
 	if s.nodes != nil {
 		s.nodes.close()
 	}
-	s.run.close()
+	if s.owned {
+		s.c.Close()
+	}
 	return nil
 }
 
-// Apply applies b. On a single node (and in Cluster when all of b's keys
-// share a slot) it is one script call, atomic on the server. See the package
-// documentation for batches that span Cluster slots.
+// Apply applies b in one pass: the batch's ops are grouped by Cluster slot
+// (one group outside Cluster, or when every key shares a slot), each group
+// is one script call, atomic on the server, and the replies are copied
+// into the ops. A consume that spans slots and was denied (or failed) on
+// one of them gives back what the others charged (compensate). See the
+// package documentation.
 func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
+	b.Allowed = false
 	if len(b.Ops) == 0 {
 		return nil
 	}
-	b.Allowed = false
-	return s.apply(ctx, b)
+	now, ref := int64(-1), time.Now().UnixMicro() // -1: the server's TIME
+	if s.batchTime {
+		now, ref = b.Now.UnixMicro(), b.Now.UnixMicro()
+	}
+	mode := int(b.Mode)
+	if b.Mode == store.Refund && leasesOnly(b) {
+		mode = modeCompensate // idempotent: no spent-ticket record (see store.Refund)
+	}
+	gs := s.groups(b)
+	err := s.exec(ctx, b, gs, mode, now, ref, nil)
+	if err == nil {
+		b.Allowed = b.Mode == store.Consume
+		for _, g := range gs {
+			b.Allowed = b.Allowed && g.c.reply[0] == 1
+			s.results(b, g, false)
+		}
+	}
+	if b.Mode == store.Consume && len(gs) > 1 && !b.Allowed {
+		s.compensate(ctx, b, gs, now, ref)
+	}
+	return err
 }
 
 // localNow is the local clock reading (ns) the Cluster breakers work with.
@@ -175,73 +228,24 @@ type group struct {
 	refused bool  // by the master's open breaker: the call did not go out
 }
 
-// single is what a batch on a single node needs, in one allocation: its
-// one group and the backing arrays of the group's op indexes and keys and
-// of the call list (a batch with more ops or keys grows past them).
-type single struct {
-	g     group
-	gs    [1]*group
-	calls [1]*call
-	idx   [8]int
-	keys  [8]string
-}
-
-// apply runs b on Redis: one call per slot its keys occupy.
-func (s *Store) apply(ctx context.Context, b *store.Batch) error {
-	now, ref := int64(-1), time.Now().UnixMicro()
-	if s.batchTime {
-		ref = b.Now.UnixMicro()
-		now = ref
-	}
-	mode := int(b.Mode)
-	if b.Mode == store.Refund && leasesOnly(b) {
-		mode = modeCompensate // idempotent: no spent-ticket record (see store.Refund)
-	}
-	if !s.run.cluster() {
-		one := &single{}
-		g := &one.g
-		g.idx, g.c.keys = one.idx[:0], one.keys[:0]
-		for i := range b.Ops {
-			g.idx = append(g.idx, i)
-		}
-		one.gs[0] = g
-		if err := s.exec(ctx, b, one.gs[:], one.calls[:], mode, now, ref, nil); err != nil {
-			return err
-		}
-		b.Allowed = g.c.reply[0] == 1
-		s.results(b, g, false)
-		return nil
-	}
-	gs := s.groups(b)
-	if err := s.exec(ctx, b, gs, make([]*call, len(gs)), mode, now, ref, nil); err != nil {
-		if b.Mode == store.Consume {
-			s.compensate(ctx, b, gs, now, ref)
-		}
-		return err
-	}
-	b.Allowed = b.Mode == store.Consume
-	for _, g := range gs {
-		b.Allowed = b.Allowed && g.c.reply[0] == 1
-		s.results(b, g, false)
-	}
-	if b.Mode == store.Consume && !b.Allowed && len(gs) > 1 {
-		s.compensate(ctx, b, gs, now, ref)
-	}
-	return nil
-}
-
-// groups splits b's ops by Cluster slot, in order of first appearance.
+// groups splits b's ops by Cluster slot, in order of first appearance;
+// outside Cluster they are one group.
 func (s *Store) groups(b *store.Batch) []*group {
+	if s.nodes == nil {
+		g := &group{idx: make([]int, len(b.Ops))}
+		for i := range g.idx {
+			g.idx[i] = i
+		}
+		return []*group{g}
+	}
 	var gs []*group
-	var slots []uint16
 	for i := range b.Ops {
 		sl := slotOf(s.tag, b.Ops[i].Scope, b.Ops[i].Key)
 		j := 0
-		for j < len(slots) && slots[j] != sl {
+		for j < len(gs) && gs[j].slot != sl {
 			j++
 		}
-		if j == len(slots) {
-			slots = append(slots, sl)
+		if j == len(gs) {
 			gs = append(gs, &group{slot: sl})
 		}
 		gs[j].idx = append(gs[j].idx, i)
@@ -249,71 +253,60 @@ func (s *Store) groups(b *store.Batch) []*group {
 	return gs
 }
 
-// exec builds and runs the groups' calls; calls has room for one per
-// group. A group whose script could not find the calendar window holding
-// the server's time is run again with windows computed around that time.
-// In Cluster, a group whose master's breaker is open is not sent, and every
-// failure is a *store.ConfinedError (see nodes). The first error is
-// returned; groups that succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
-	var local int64 // the breakers' clock
-	nodes := s.guard()
-	if nodes != nil {
-		local = s.localNow(b)
-		nodes.due()
+// exec builds and runs the groups' calls, together. A group whose script
+// could not find the calendar window holding the server's time is run
+// again with windows computed around that time, and one whose connection
+// broke is sent once more (see retryable). In Cluster, a group whose
+// master's breaker is open is not sent, and every failure is a
+// *store.ConfinedError (see nodes). The first error is returned; groups
+// that succeeded keep their replies.
+func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) error {
+	local := s.localNow(b) // the breakers' clock
+	if s.nodes != nil {
+		s.nodes.due()
 	}
-	run := calls[:0]
+	var calls []*call
 	for _, g := range gs {
-		if nodes != nil && !nodes.allow(g, local) {
+		if s.nodes != nil && !s.nodes.allow(g, local) {
 			g.refused = true
 			continue
 		}
 		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
-		run = append(run, &g.c)
+		calls = append(calls, &g.c)
 	}
-	if len(run) > 0 {
-		s.run.run(ctx, run)
+	if len(calls) > 0 {
+		s.run.run(ctx, calls)
 	}
-	var again []*call
+	calls = calls[:0]
 	for _, g := range gs {
 		switch {
 		case g.refused:
-		case g.c.err == nil && len(g.c.reply) >= 2 && g.c.reply[0] == -1:
+		case g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1:
 			s.build(&g.c, b, g.idx, mode, now, g.c.reply[1], stamps)
-			again = append(again, &g.c)
+			calls = append(calls, &g.c)
 		case mode != modeCompensate && retryable(ctx, g.c.err):
-			again = append(again, &g.c)
+			calls = append(calls, &g.c)
 		}
 	}
-	if len(again) > 0 {
-		s.run.run(ctx, again)
+	if len(calls) > 0 {
+		s.run.run(ctx, calls)
 	}
 	var first error
 	for _, g := range gs {
-		err := g.c.err
-		if err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
-			err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
-			g.c.err = err
+		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
+			g.c.err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
 		}
-		if nodes != nil && !g.refused {
-			nodes.record(ctx, g, local)
+		if s.nodes != nil && !g.refused {
+			s.nodes.record(ctx, g, local)
 		}
-		if err != nil && first == nil {
-			first = err
-			if nodes != nil {
-				first = confine(g, err)
+		if g.c.err != nil && first == nil {
+			first = g.c.err
+			if s.nodes != nil {
+				first = confine(g, first)
 			}
 		}
 	}
 	return first
-}
-
-// guard returns the per-master breakers when the store talks to a Cluster.
-func (s *Store) guard() *nodes {
-	if s.nodes != nil && s.run.cluster() {
-		return s.nodes
-	}
-	return nil
 }
 
 // results copies a group's reply into its ops. With statusOnly, only the
@@ -372,7 +365,7 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 	// passed, or units stay charged for a denied decision.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := s.exec(cctx, b, back, make([]*call, len(back)), modeCompensate, now, ref, stamps); err != nil {
+	if err := s.exec(cctx, b, back, modeCompensate, now, ref, stamps); err != nil {
 		s.logger.Warn("floodgate/redis: cross-slot compensation failed; units stay charged until their windows pass", "err", err)
 	}
 	for _, g := range back {
@@ -384,21 +377,7 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// coalesced wraps a fresh client's runner in a coalescer when it serves a
-// single node (or a Sentinel master) and maxCoalesce allows more than one
-// decision per call.
-func coalesced(r *rueidisRunner, maxCoalesce int) runner {
-	if maxCoalesce == 0 {
-		maxCoalesce = DefaultMaxCoalesce
-	}
-	if r.cluster() || maxCoalesce <= 1 {
-		return r
-	}
-	return &coalescer{rueidisRunner: r, max: maxCoalesce}
-}
-
-// Ping checks that Redis answers. A store that has not yet connected
-// returns the last connection error.
+// Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.run.ping(ctx)
+	return s.r.ping(ctx)
 }
