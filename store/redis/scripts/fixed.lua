@@ -54,3 +54,15 @@ function fixed.expiry(op)
   if op.b == 0 then return now end
   return op.c
 end
+
+-- A window keeps the TTL it was given when it opened: a charge in the same
+-- window changes only the count (SET KEEPTTL, no new TTL to format).
+local load, save = fixed.load, fixed.save
+function fixed.load(op)
+  load(op)
+  op.opened = op.c
+end
+function fixed.save(op, exp)
+  if op.exists and op.c == op.opened then exp = true end
+  save(op, exp)
+end
