@@ -10,10 +10,10 @@
 // internal/algo that reproduces its integer microsecond arithmetic exactly,
 // one file per algorithm or family: lib.lua (arithmetic, clock, per-call
 // state cache), fixed.lua, bucket.lua (token bucket and GCRA), sliding.lua,
-// concurrency.lua, and apply.lua (the batches of a call). They run as one
-// Lua chunk, so a whole decision — every rule's key and rule, the cost and
-// the mode — is one EVALSHA call and all-or-nothing across rules holds
-// atomically on the server. A server that does not hold the script
+// concurrency.lua, args.lua (reading the arguments) and apply.lua (the
+// batches of a call). They run as one Lua chunk, so a whole decision —
+// every rule's key and rule, the cost and the mode — is one EVALSHA call
+// and all-or-nothing across rules holds atomically on the server. A server that does not hold the script
 // (restarted, failed over, new) answers NOSCRIPT and the call is repeated
 // with EVAL, which loads it.
 //

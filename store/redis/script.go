@@ -19,7 +19,7 @@ var scriptFiles embed.FS
 
 var scriptSrc = func() string {
 	var b strings.Builder
-	for _, name := range []string{"lib", "fixed", "bucket", "sliding", "concurrency", "apply"} {
+	for _, name := range []string{"lib", "fixed", "bucket", "sliding", "concurrency", "args", "apply"} {
 		src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
 		if err != nil {
 			panic(err) // embedded: cannot happen

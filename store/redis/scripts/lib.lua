@@ -1,6 +1,7 @@
 -- floodgate: what every algorithm's script shares. The scripts are one
--- Lua chunk, in the order lib, fixed, bucket, sliding, concurrency, apply
--- (see apply.lua for the call); each ports its part of internal/algo.
+-- Lua chunk, in the order lib, fixed, bucket, sliding, concurrency, args,
+-- apply (see apply.lua for the call); each ports its part of
+-- internal/algo.
 --
 -- Every quantity is an integer number of microseconds or units held in a
 -- Lua number (a double), exact below 2^53, which rule validation keeps the
