@@ -151,12 +151,15 @@ while i <= #ARGV do
   end
 end
 flush()
--- string.format takes a few thousand values at most: 200 lines at a time.
-local out, from = {}, 1
-for s = 1, #F, 200 do
-  local e, to = math.min(s + 199, #F), from - 1
-  for j = s, e do to = to + C[j] end
+-- unpack takes a few thousand values at most: lines s to e, values from
+-- to to, at most 4000 of them (or one line) at a time.
+local out, s, from = {}, 1, 1
+while s <= #F do
+  local e, to = s, from + C[s] - 1
+  while e < #F and to + C[e + 1] - from < 4000 do
+    e, to = e + 1, to + C[e + 1]
+  end
   out[#out + 1] = string.format(table.concat(F, '', s, e), unpack(R, from, to))
-  from = to + 1
+  s, from = e + 1, to + 1
 end
 return table.concat(out)
