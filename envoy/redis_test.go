@@ -6,6 +6,8 @@ import (
 
 	"github.com/floodgate-go/floodgate/envoy"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/overlimit"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -27,18 +29,22 @@ descriptors:
 // status of every other descriptor: what is left and when it resets, not
 // a full limit without a reset.
 func TestRedisOverLimitCacheKeepsOtherStatuses(t *testing.T) {
-	for _, cache := range []int{-1, 0} { // disabled, and the default cache
+	for _, cache := range []int{-1, 0} { // no over-limit cache, and the default one
 		srv := redistest.Start(t)
-		store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: cache})
+		rs, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { store.Close() })
+		t.Cleanup(func() { rs.Close() })
+		var st store.Store = rs
+		if cache >= 0 {
+			st = overlimit.New(rs, &overlimit.Options{Size: cache})
+		}
 		cfg, err := envoy.NewConfig(mustParse(t, "another.yaml", twoLimits))
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := start(t, cfg, store, nil)
+		h := start(t, cfg, st, nil)
 		const minuteLeft, hourLeft = 30 * time.Second, 2790 * time.Second
 		for i := range 15 {
 			resp := h.ask("another", 0, desc("key2", "v"), desc("key3", "v"))

@@ -6,6 +6,7 @@ import (
 	"github.com/floodgate-go/floodgate/gateway"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/overlimit"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -49,11 +50,15 @@ func TestSelectRedisCommands(t *testing.T) {
 		{"over-limit cache", 0, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "cmd:" + tt.name + ":", UseBatchTime: true, DenyCacheSize: tt.cacheSize})
+			rs, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, KeyPrefix: "cmd:" + tt.name + ":", UseBatchTime: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { s.Close() })
+			t.Cleanup(func() { rs.Close() })
+			var s store.Store = rs
+			if tt.cacheSize >= 0 {
+				s = overlimit.New(rs, &overlimit.Options{Size: tt.cacheSize})
+			}
 			g := newGW(t, func(*testing.T) store.Store { return s }, gwStart)
 			routes := []gateway.Candidate{g.route("a", 1, 1), g.route("b", 1, 1), g.route("c", 10, 100)}
 			gateway.Select(g.ctx, routes[:1]) // a spent

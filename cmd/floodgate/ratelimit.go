@@ -213,8 +213,7 @@ func (e *env) redis(logger *slog.Logger) (*redis.Options, *config.Config) {
 		}
 	}
 	if n := e.integer("LOCAL_CACHE_SIZE_IN_BYTES"); n > 0 {
-		o.DenyCacheSize = max(1, n/64)
-		c.DenyCacheSize = o.DenyCacheSize
+		c.DenyCacheSize = max(1, n/64)
 	}
 	o.MaxFlushDelay = e.duration("REDIS_PIPELINE_WINDOW")
 	if e.boolean("REDIS_TLS") {
@@ -291,7 +290,7 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	srv := &server.Server{
 		Config:         r.config,
 		WatchConfig:    true,
-		Store:          store,
+		Store:          withDenyCache(store, r.config.Store.Redis.DenyCacheSize),
 		HTTPAddr:       r.httpAddr,
 		GRPCAddr:       r.grpcAddr,
 		EnvoyConfigDir: r.dir,

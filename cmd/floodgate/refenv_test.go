@@ -33,7 +33,7 @@ func TestReadReference(t *testing.T) {
 	}
 	o := r.redis
 	if o.Sentinel == nil || o.Sentinel.Master != "mymaster" || strings.Join(o.Sentinel.Addrs, ",") != "s1:26379,s2:26379" || o.Sentinel.Password != "spw" ||
-		o.Username != "user" || o.Password != "pw" || o.DenyCacheSize != 100 || o.KeyPrefix != "rl:" ||
+		o.Username != "user" || o.Password != "pw" || r.config.Store.Redis.DenyCacheSize != 100 || o.KeyPrefix != "rl:" ||
 		o.MaxFlushDelay != 150*time.Microsecond || o.DialTimeout != 3*time.Second {
 		t.Errorf("redis options %+v", o)
 	}

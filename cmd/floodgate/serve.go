@@ -21,6 +21,7 @@ import (
 	"github.com/floodgate-go/floodgate/server"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
+	"github.com/floodgate-go/floodgate/store/overlimit"
 	"github.com/floodgate-go/floodgate/store/redis"
 	"github.com/floodgate-go/floodgate/store/share"
 )
@@ -296,14 +297,13 @@ func openStore(c *config.Config, logger *slog.Logger) (st, fallback store.Store,
 // store's: it is each limiter's (store.redis.deadline by default).
 func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error) {
 	opts := &redis.Options{
-		URL:           r.URL,
-		Cluster:       r.Cluster,
-		Username:      r.Username,
-		Password:      r.Password,
-		DB:            r.DB,
-		KeyPrefix:     r.KeyPrefix,
-		DenyCacheSize: r.DenyCacheSize,
-		Logger:        logger,
+		URL:       r.URL,
+		Cluster:   r.Cluster,
+		Username:  r.Username,
+		Password:  r.Password,
+		DB:        r.DB,
+		KeyPrefix: r.KeyPrefix,
+		Logger:    logger,
 	}
 	if r.HashTag == "limiter" {
 		opts.HashTag = redis.TagLimiter
@@ -315,7 +315,16 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 	if err != nil {
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
-	return s, func() { s.Close() }, nil
+	return withDenyCache(s, r.DenyCacheSize), func() { s.Close() }, nil
+}
+
+// withDenyCache puts the over-limit cache of store.redis.deny_cache_size in
+// front of s: size keys (0: overlimit.DefaultSize), or none for -1.
+func withDenyCache(s store.Store, size int) store.Store {
+	if size < 0 {
+		return s
+	}
+	return overlimit.New(s, &overlimit.Options{Size: size})
 }
 
 // redisTarget describes where the store connects, without credentials.

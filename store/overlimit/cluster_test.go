@@ -33,7 +33,7 @@ func TestClusterMaxAge(t *testing.T) {
 
 // openCluster returns a store on cl that counts with the limiters' clock.
 func openCluster(t *testing.T, cl *redistest.Cluster) store.Store {
-	st, err := redis.New(&redis.Options{Cluster: cl.Addrs(), UseBatchTime: true, DenyCacheSize: -1})
+	st, err := redis.New(&redis.Options{Cluster: cl.Addrs(), UseBatchTime: true})
 	if err != nil {
 		t.Fatal(err)
 	}

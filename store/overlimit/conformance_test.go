@@ -43,7 +43,7 @@ func openMemory(t testing.TB) store.Store {
 // into failure-policy decisions.
 func openRedis(t testing.TB, srv *redistest.Server) store.Store {
 	t.Helper()
-	s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: -1})
+	s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,10 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/benchtool"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/redis"
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // benchRules returns n rules (1 or 3) with limits high enough that every
@@ -37,20 +38,6 @@ var benchClients = []struct {
 	}},
 	{"rueidis-uncoalesced", func(b *testing.B, addr string) *redis.Options {
 		return &redis.Options{URL: "redis://" + addr, MaxCoalesce: 1}
-	}},
-	{"go-redis", func(b *testing.B, addr string) *redis.Options {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
-		b.Cleanup(func() { c.Close() })
-		return &redis.Options{GoRedis: c}
-	}},
-	{"go-redis-autopipeline", func(b *testing.B, addr string) *redis.Options {
-		c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: 256})
-		b.Cleanup(func() { c.Close() })
-		ap, err := c.AutoPipeline()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &redis.Options{GoRedis: ap}
 	}},
 }
 
@@ -84,14 +71,56 @@ func BenchmarkDecision(b *testing.B) {
 	}
 }
 
+// minimalScripts are the floor a decision is measured against: the least
+// an exact fixed window must do in Redis, INCRBY and PEXPIRE on the first
+// hit, on one key, and on three.
+var minimalScripts = map[int]*rueidis.Lua{
+	1: rueidis.NewLuaScript(`local n = redis.call('INCRBY', KEYS[1], 1)
+if n == 1 then redis.call('PEXPIRE', KEYS[1], 3600000) end
+return n`),
+	3: rueidis.NewLuaScript(`local n = 0
+for i = 1, 3 do
+  n = redis.call('INCRBY', KEYS[i], 1)
+  if n == 1 then redis.call('PEXPIRE', KEYS[i], 3600000) end
+end
+return n`),
+}
+
+// BenchmarkMinimalScript runs the minimal scripts through the same
+// client (rueidis, auto-pipelined) and workload as BenchmarkDecision: the
+// server CPU per call is the floor of a decision's.
+//
+// Run: go test -run '^$' -bench 'MinimalScript|Decision/client=rueidis/' ./store/redis/
+func BenchmarkMinimalScript(b *testing.B) {
+	srv := redistest.Start(b)
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for _, keys := range []int{1, 3} {
+		for _, callers := range []int{1, 128} {
+			b.Run(fmt.Sprintf("keys=%d/callers=%d", keys, callers), func(b *testing.B) {
+				runCallers(b, srv, callers, func(i uint64) bool {
+					ks := []string{"user:" + strconv.FormatUint(i%10000, 10), "tenant:" + strconv.FormatUint(i%100, 10), "global"}
+					_, err := minimalScripts[keys].Exec(context.Background(), c, ks[:keys], nil).AsInt64()
+					return err == nil
+				})
+			})
+		}
+	}
+}
+
 // runCallers runs b.N calls of f from the given number of goroutines and
-// reports decisions/s and the server's time per script call. Every call
-// must return true.
+// reports decisions/s, the CPU time of the redis-server process and of
+// this one per decision, and decisions per script call. Every call must
+// return true.
 func runCallers(b *testing.B, srv *redistest.Server, callers int, f func(i uint64) bool) {
 	for i := range uint64(200) { // warm up connections and the script cache
 		f(i)
 	}
 	srv.MustDo("CONFIG", "RESETSTAT")
+	serverCPU, clientCPU := srv.CPU(), benchtool.CPU()
 	var next, failed atomic.Uint64
 	n := uint64(b.N)
 	b.ResetTimer()
@@ -117,9 +146,11 @@ func runCallers(b *testing.B, srv *redistest.Server, callers int, f func(i uint6
 		b.Fatalf("%d of %d decisions not admitted", failed.Load(), n)
 	}
 	b.ReportMetric(float64(n)/el.Seconds(), "decisions/s")
+	b.ReportMetric(float64(srv.CPU()-serverCPU)/1e3/float64(n), "server-cpu-µs/decision")
+	b.ReportMetric(float64(benchtool.CPU()-clientCPU)/1e3/float64(n), "client-cpu-µs/decision")
 	if calls, us, ok := serverCalls(srv); ok && calls > 0 {
-		b.ReportMetric(us/float64(n), "server-µs/decision")
 		b.ReportMetric(float64(n)/float64(calls), "decisions/call")
+		b.ReportMetric(us/float64(n), "in-script-µs/decision")
 	}
 }
 

@@ -150,31 +150,19 @@ func (co *coalescer) send(batch []*pending) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	if len(batch) == 1 {
-		p := batch[0]
-		p.reply, p.err = decodeReply(co.do(ctx, p.c))
-		close(p.done)
-		return
-	}
-	nk := 0
-	for _, p := range batch {
-		nk += len(p.c.keys)
-	}
-	keys := make([]string, 0, nk)
-	args := make([]string, 0, len(batch))
-	for _, p := range batch {
-		keys = append(keys, p.c.keys...)
-		args = append(args, p.c.args...)
-	}
-	out, err := co.do(ctx, &call{keys: keys, args: args})
-	if err == nil {
-		replies := make([][]int64, len(batch))
-		errs := make([]error, len(batch))
-		if err = splitReply(out, replies, errs); err == nil {
-			for i, p := range batch {
-				p.reply, p.err = replies[i], errs[i]
-			}
+	c := batch[0].c
+	if len(batch) > 1 {
+		c = &call{}
+		for _, p := range batch {
+			c.keys = append(c.keys, p.c.keys...)
+			c.args = append(c.args, p.c.args...)
 		}
+	}
+	replies := make([][]int64, len(batch))
+	errs := make([]error, len(batch))
+	err := decode(co.eval(ctx, []*call{c})[0], replies, errs)
+	for i, p := range batch {
+		p.reply, p.err = replies[i], errs[i]
 	}
 	for _, p := range batch {
 		if err != nil {

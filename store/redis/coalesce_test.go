@@ -21,7 +21,7 @@ import (
 func TestCoalescedMatchesAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	open := func(prefix string) *Store {
-		s, err := New(&Options{URL: "redis://" + srv.Addr, UseBatchTime: true, DenyCacheSize: -1, KeyPrefix: prefix})
+		s, err := New(&Options{URL: "redis://" + srv.Addr, UseBatchTime: true, KeyPrefix: prefix})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +122,41 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 		batches += len(group)
 	}
 	t.Logf("%d batches compared, %d admitted consumes", batches, len(admitted))
+}
+
+// TestCoalescedLargeCall sends one call of 64 batches of 30 rules each
+// (9,728 numbers in the reply, more than Lua can unpack at once): every
+// batch is answered, and answered as alone.
+func TestCoalescedLargeCall(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := New(&Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	ps := make([]*pending, 64)
+	for i := range ps {
+		b := &store.Batch{Mode: store.Consume, Now: now, Cost: 1, Ticket: uint64(i + 1)}
+		for r := range 30 {
+			b.Ops = append(b.Ops, store.Op{Scope: fmt.Sprintf("big/r%d", r), Key: fmt.Sprint("k", i%3),
+				Params: store.Params{Algorithm: store.FixedWindow, Limit: 40, Window: time.Minute}})
+		}
+		c := &call{}
+		s.build(c, b, opIndexes(b), int(b.Mode), now.UnixMicro(), now.UnixMicro(), nil)
+		ps[i] = &pending{c: c, done: make(chan struct{})}
+	}
+	s.run.(*coalescer).send(ps)
+	for i, p := range ps {
+		if p.err != nil {
+			t.Fatalf("batch %d: %v", i, p.err)
+		}
+		// Keys k0, k1, k2 take turns: batch i is its key's (i/3+1)th hit.
+		allowed, remaining := p.reply[0], p.reply[2+replyRemaining]
+		if want := int64(40 - (i/3 + 1)); allowed != 1 || remaining != max(want, 0) {
+			t.Fatalf("batch %d: allowed %d, remaining %d, want 1 and %d", i, allowed, remaining, want)
+		}
+	}
 }
 
 func opIndexes(b *store.Batch) []int {

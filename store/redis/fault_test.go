@@ -16,7 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/redis"
-	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // faultMargin is how much longer than its deadline a decision may take on a
@@ -215,7 +215,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	onVictim := make([]bool, len(users))
 	for i := range users {
 		users[i] = fmt.Sprint("user", i)
-		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{nodes/r:"+users[i]+"}:f"))
+		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{nodes/r:"+users[i]+"}:fixed"))
 		onVictim[i] = owner[slot] == victim.Addr
 	}
 	ctx := context.Background()
@@ -274,10 +274,8 @@ func slotOwners(t *testing.T, n *redistest.Server) map[int]string {
 	return out
 }
 
-// TestStartWhileRedisIsDown starts stores against a Redis that is down.
-// Without a fallback, New fails. With one, New succeeds, the fallback's
-// memory limits answer (enforced, not the failure policy), and once Redis
-// comes up the store connects on its own and decisions go to Redis.
+// TestStartWhileRedisIsDown starts a store against a Redis that is down:
+// New fails fast (a fallback is the limiter's business).
 func TestStartWhileRedisIsDown(t *testing.T) {
 	srv := redistest.Start(t)
 	srv.Kill()
@@ -286,121 +284,21 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 		st.Close()
 		t.Fatal("New without a fallback succeeded with Redis down")
 	}
-	before := runtime.NumGoroutine()
-	st, err := redis.New(&redis.Options{URL: url, DialTimeout: 200 * time.Millisecond, Fallback: &redis.Fallback{Instances: 1}})
-	if err != nil {
-		t.Fatalf("New with a fallback and Redis down: %v", err)
-	}
-	ctx := context.Background()
-	if err := st.Ping(ctx); err == nil {
-		t.Error("Ping succeeded before the store ever connected")
-	}
-	lim, err := floodgate.New("boot", st, []floodgate.Rule{
-		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Timeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	user := func(u string) floodgate.Attributes { return floodgate.Attributes{"user": u} }
-	for i, want := range []bool{true, true, false} {
-		d := lim.Allow(ctx, user("early"))
-		if d.Allowed != want || d.Reason == floodgate.ReasonStore {
-			t.Errorf("decision %d with Redis down: Allowed=%v Reason=%v Err=%v, want %v from the fallback's limits", i, d.Allowed, d.Reason, d.Err, want)
-		}
-	}
-
-	srv.Restart()
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; ; n++ {
-		d := lim.Allow(ctx, user("late-"+strconv.Itoa(n)))
-		if keys, _ := srv.Do("DBSIZE"); keys != "0" && keys != "" {
-			break // a decision reached Redis
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis up for 10s and no decision reached it (last: %+v)", d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err := st.Ping(ctx); err != nil {
-		t.Errorf("Ping after connecting: %v", err)
-	}
-	// Decisions now count on Redis: two more for one key, then a denial.
-	for i, want := range []bool{true, true, false} {
-		if d := lim.Allow(ctx, user("on-redis")); d.Allowed != want || d.Reason == floodgate.ReasonStore {
-			t.Errorf("decision %d on Redis: Allowed=%v Reason=%v Err=%v, want %v", i, d.Allowed, d.Reason, d.Err, want)
-		}
-	}
-	if keys, err := srv.Do("KEYS", "*on-redis*"); err != nil || keys == "" {
-		t.Errorf("the key of the last decisions is not on Redis (KEYS: %q, %v)", keys, err)
-	}
-	st.Close()
-	waitGoroutines(t, before)
 }
 
-// TestClusterNodeKilledWithFallback kills one master of a Cluster under a
-// store with a memory fallback (and checks the start-up warning about
-// masters without replicas): decisions on the lost master's keys are
-// answered from memory, and only those; the other keys stay counted on
-// Redis, so the fallback never turns on for the whole store.
-func TestClusterNodeKilledWithFallback(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	var logs syncbuf.Buffer
-	store, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Fallback: &redis.Fallback{Instances: 1},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	// The Cluster has no replicas, and full coverage off.
-	if log := logs.String(); !strings.Contains(log, "masters without replicas") || strings.Contains(log, "cluster-require-full-coverage") {
-		t.Errorf("start-up warnings, want one about masters without replicas only:\n%s", log)
-	}
-	lim, err := floodgate.New("fb", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}},
-		&floodgate.Options{Timeout: 500 * time.Millisecond, FailurePolicy: floodgate.FailClosed})
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := cl.Nodes[0]
-	owner := slotOwners(t, cl.Nodes[1])
-	users := make([]string, 40)
-	onVictim := make([]bool, len(users))
-	ctx := context.Background()
-	for i := range users {
-		users[i] = fmt.Sprint("user", i)
-		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{fb/r:"+users[i]+"}:f"))
-		onVictim[i] = owner[slot] == victim.Addr
-		if d := lim.Allow(ctx, floodgate.Attributes{"user": users[i]}); !d.Allowed || d.Remaining != 2 {
-			t.Fatalf("before the kill: %+v", d)
-		}
-	}
-	victim.Kill()
-	for round := range 3 {
-		for i, u := range users {
-			d := lim.Allow(ctx, floodgate.Attributes{"user": u})
-			// On Redis the key has the decision before the kill counted;
-			// in memory it starts afresh.
-			want := int64(1 - round)
-			if onVictim[i] {
-				want = int64(2 - round)
-			}
-			if d.Reason == floodgate.ReasonStore || !d.Allowed && round < 2 || d.Remaining != max(want, 0) {
-				t.Fatalf("round %d, %s (on the killed master: %v): allowed=%v reason=%v remaining=%d err=%v, want remaining %d",
-					round, u, onVictim[i], d.Allowed, d.Reason, d.Remaining, d.Err, max(want, 0))
-			}
-		}
-	}
-}
-
-// TestGoRedisClusterStartupChecks gives the store a caller's go-redis
-// ClusterClient on a Cluster with Redis's defaults and no replicas: the
+// TestClientClusterStartupChecks gives the store a caller's rueidis
+// Cluster client on a Cluster with Redis's defaults and no replicas: the
 // store reads the slot map (CLUSTER SLOTS) and the coverage setting
 // (CONFIG GET) through that client, and warns about both.
-func TestGoRedisClusterStartupChecks(t *testing.T) {
+func TestClientClusterStartupChecks(t *testing.T) {
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{})
-	client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs()})
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: cl.Addrs(), DisableCache: true, DisableRetry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer client.Close()
 	var logs syncbuf.Buffer
-	store, err := redis.New(&redis.Options{GoRedis: client, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	store, err := redis.NewFromClient(client, &redis.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,12 +17,13 @@ import (
 // keyBytesChild marks the process TestLongKeysCostLikeShortOnes measures in.
 const keyBytesChild = "FLOODGATE_KEYBYTES_CHILD"
 
-// TestLongKeysCostLikeShortOnes floods a limiter on Redis, over-limit cache
-// on, with distinct 30 KB keys, each admitted, refunded (a spent-ticket
-// record), admitted again and denied (a cached denial), and checks that a
-// key costs this process's heap and Redis's memory at most twice what a
-// short key does: the limiter hands the store a long key's digest, never
-// the key. It logs the bytes per key, for docs/operations.md.
+// TestLongKeysCostLikeShortOnes floods a limiter on Redis with distinct
+// 30 KB keys, each admitted, refunded (a spent-ticket record), admitted
+// again and denied, and checks that a key costs this process's heap and
+// Redis's memory at most twice what a short key does (give or take 64 heap
+// bytes: the store keeps nothing per key): the limiter hands the store a
+// long key's digest, never the key. It logs the bytes per key, for
+// docs/operations.md.
 //
 // The heap is measured in a process of its own: in the test binary's
 // process, goroutines that earlier tests left behind free memory during the
@@ -71,8 +72,8 @@ func TestLongKeysCostLikeShortOnes(t *testing.T) {
 	heap, redisBytes := map[string]int64{}, map[string]int64{}
 	start := time.Now()
 	for _, name := range []string{"short", "30 KB"} {
-		// A store of its own, its connections set up (by decisions that
-		// are admitted, so cache nothing) before the heap is measured.
+		// A store of its own, its connections set up before the heap is
+		// measured.
 		store := serverStore(t, []string{srv.Addr}, false, nil)
 		l, err := floodgate.New("long"+strconv.Itoa(len(heap)), store, []floodgate.Rule{
 			{Name: "per-key", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"key"}},
@@ -92,7 +93,7 @@ func TestLongKeysCostLikeShortOnes(t *testing.T) {
 		attrs := floodgate.Attributes{}
 		for i := range keys {
 			attrs["key"] = value[name](i)
-			d := l.Allow(ctx, attrs)
+			d := must(l.Decide(ctx, floodgate.ModeConsume, attrs, 1))
 			if !d.Allowed {
 				t.Fatalf("%s key %d: first decision denied: %+v", name, i, d)
 			}
@@ -113,12 +114,12 @@ func TestLongKeysCostLikeShortOnes(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		heap[name] = (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / int64(keys)
 		redisBytes[name] = (usedMemory() - redisBefore) / int64(keys)
-		t.Logf("%d distinct %s keys: %d heap bytes per key (over-limit cache), %d Redis bytes per key (state and spent ticket)",
+		t.Logf("%d distinct %s keys: %d heap bytes per key, %d Redis bytes per key (state and spent ticket)",
 			keys, name, heap[name], redisBytes[name])
 		runtime.KeepAlive(l)
 		runtime.KeepAlive(store)
 	}
-	if heap["30 KB"] > 2*heap["short"] {
+	if heap["30 KB"] > 2*heap["short"]+64 {
 		t.Errorf("a 30 KB key costs %d heap bytes, over twice a short key's %d", heap["30 KB"], heap["short"])
 	}
 	if redisBytes["30 KB"] > 2*redisBytes["short"] {

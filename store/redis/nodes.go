@@ -59,7 +59,7 @@ type node struct {
 
 // nodes are a Cluster store's per-master breakers.
 type nodes struct {
-	run      runner
+	run      *rueidisRunner
 	failures int
 	cooldown time.Duration
 	logger   *slog.Logger
@@ -73,7 +73,7 @@ type nodes struct {
 	wg         sync.WaitGroup
 }
 
-func newNodes(run runner, o floodgate.BreakerOptions, logger *slog.Logger) *nodes {
+func newNodes(run *rueidisRunner, o floodgate.BreakerOptions, logger *slog.Logger) *nodes {
 	return &nodes{run: run, failures: o.Failures, cooldown: o.Cooldown, logger: logger, byAddr: map[string]*node{}}
 }
 

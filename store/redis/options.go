@@ -8,18 +8,11 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-
-	goredis "github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 )
 
 // DefaultKeyPrefix is the prefix of every key a Store writes when
 // Options.KeyPrefix is empty.
 const DefaultKeyPrefix = "fg:"
-
-// DefaultDenyCacheSize is the number of denied keys the local over-limit
-// cache holds when Options.DenyCacheSize is 0.
-const DefaultDenyCacheSize = 65536
 
 // Options configure a Store. Every field is optional; the zero value
 // connects to redis://127.0.0.1:6379/0.
@@ -83,38 +76,11 @@ type Options struct {
 	// Cluster but the key names: switching it starts every limit afresh.
 	HashTag HashTag
 
-	// Client, when set, is an existing rueidis client to use instead of
-	// connecting; the connection fields above are then ignored and Close
-	// leaves the client open.
-	Client rueidis.Client
-	// GoRedis, when set (and Client is not), is an existing go-redis client
-	// to use instead: a *goredis.Client, a failover client, a
-	// *goredis.ClusterClient (pass the ClusterClient itself, so the store
-	// knows to split decisions by slot) or an *goredis.AutoPipeliner over a
-	// single node. A Ring is refused: it routes a script by its first key
-	// alone, so one rule key could be counted on several shards. Close
-	// leaves the client open. go-redis's auto-pipeliner does not honour
-	// per-call deadlines (a hung Redis holds decisions past the limiter's
-	// deadline); rueidis is the default because it measured faster and
-	// does (see docs/redis.md).
-	GoRedis goredis.Scripter
-
 	// UseBatchTime makes the scripts use Batch.Now (the limiter's clock)
 	// instead of the server's TIME. Tests use it to drive a Redis store
 	// with a fake clock; in production leave it false, so instances with
 	// skewed clocks agree.
 	UseBatchTime bool
-
-	// DenyCacheSize bounds the local over-limit cache (see the package
-	// documentation); 0 means DefaultDenyCacheSize, negative disables the
-	// cache.
-	DenyCacheSize int
-
-	// Fallback, when set, answers from per-instance memory limits while
-	// Redis is unreachable, instead of returning the error to the
-	// limiter's failure policy. That includes a Redis that is down when
-	// the store is made: New then succeeds and connects in the background.
-	Fallback *Fallback
 
 	// NodeBreaker tunes the circuit breaker each master of a Cluster has
 	// in the store (see the package documentation), as
@@ -124,7 +90,7 @@ type Options struct {
 	NodeBreaker floodgate.BreakerOptions
 
 	// Logger receives compensations that could not be applied and the
-	// fallback's state changes; nil means slog.Default().
+	// Cluster breakers' state changes; nil means slog.Default().
 	Logger *slog.Logger
 }
 
@@ -162,18 +128,4 @@ type Sentinel struct {
 	// master: use Options.Username and Options.Password for that).
 	Username string
 	Password string
-}
-
-// Fallback configures per-instance limits for while Redis is unreachable.
-type Fallback struct {
-	// Instances is how many instances share the limits: each rule's limit
-	// (and burst) is divided by it, and rounded down to at least 1. It
-	// must be at least 1.
-	Instances int
-	// Retry is how long the store answers from memory after Redis failed
-	// before it tries Redis again; 0 means 1s. One decision probes; the
-	// others keep using memory until the probe succeeds.
-	Retry time.Duration
-	// MaxKeys caps the keys the fallback holds; 0 means 100,000.
-	MaxKeys int
 }

@@ -20,7 +20,7 @@ import (
 // reference's.
 func newStore(t testing.TB, srv *redistest.Server) *redis.Store {
 	t.Helper()
-	return serverStore(t, []string{srv.Addr}, false, func(o *redis.Options) { o.UseBatchTime, o.DenyCacheSize = true, -1 })
+	return serverStore(t, []string{srv.Addr}, false, func(o *redis.Options) { o.UseBatchTime = true })
 }
 
 var ny, _ = time.LoadLocation("America/New_York")

@@ -2,20 +2,33 @@ package redis
 
 import (
 	"crypto/sha1"
-	_ "embed"
-	"encoding/binary"
+	"embed"
 	"encoding/hex"
-	"math"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/algo"
 	"github.com/floodgate-go/floodgate/store"
 )
 
-//go:embed scripts/apply.lua
-var scriptSrc string
+// The scripts, one file per algorithm (or family) and the call around
+// them, run as one Lua chunk in this order (see scripts/lib.lua).
+//
+//go:embed scripts/*.lua
+var scriptFiles embed.FS
+
+var scriptSrc = func() string {
+	var b strings.Builder
+	for _, name := range []string{"lib", "fixed", "bucket", "sliding", "concurrency", "args", "apply"} {
+		src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
+		if err != nil {
+			panic(err) // embedded: cannot happen
+		}
+		b.Write(src)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}()
 
 // scriptSHA is the SHA-1 EVALSHA names the script by.
 var scriptSHA = func() string {
@@ -23,24 +36,14 @@ var scriptSHA = func() string {
 	return hex.EncodeToString(sum[:])
 }()
 
-// Script modes: store.Mode values, plus compensate.
+// Script modes: store.Mode values, plus compensate (a refund that keeps
+// no spent-ticket record).
 const modeCompensate = 5
 
-// The script's arguments and reply (see scripts/apply.lua).
-const (
-	// headArgs are the numbers before a batch's ops: mode, now, cost, ops,
-	// keys, how long a refunded ticket is remembered.
-	headArgs = 6
-	// opArgs are the numbers every op has (kind, limit, window, burst,
-	// align, shadow); calendar windows, sliding windows and refunds add
-	// theirs.
-	opArgs = 6
-	// keysArg is the byte offset of the number of keys in a batch's blob.
-	keysArg = 8 * 4
-	// replyPerOp are the numbers of each op in a batch's reply, after the
-	// batch's own two (allowed, now).
-	replyPerOp = 5
-)
+var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate"}
+
+// A batch's reply: allowed and now, then replyPerOp numbers per op.
+const replyPerOp = 5
 
 // The numbers of an op's reply, by position.
 const (
@@ -62,12 +65,15 @@ const (
 // suffix names each algorithm's state key, so a rule that changes its
 // algorithm never reads another algorithm's state as its own.
 var suffix = [...]string{
-	store.FixedWindow:   ":f",
-	store.SlidingWindow: ":s",
-	store.TokenBucket:   ":t",
-	store.GCRA:          ":g",
-	store.Concurrency:   ":c",
+	store.FixedWindow:   ":fixed",
+	store.SlidingWindow: ":sliding",
+	store.TokenBucket:   ":bucket",
+	store.GCRA:          ":gcra",
+	store.Concurrency:   ":leases",
 }
+
+// leaseSet is the suffix of a concurrency key's sorted set of leases.
+const leaseSet = ":expiry"
 
 // limiterOf returns the limiter part of a scope ("limiter/rule"): the tag
 // of its keys under TagLimiter. A scope without '/' is its own limiter.
@@ -98,96 +104,89 @@ func (s *Store) keyOf(scope, key, sfx string) string {
 	return s.prefix + "{" + scope + ":" + key + "}" + sfx
 }
 
-// stateKey is the key of op's state.
-func (s *Store) stateKey(op *store.Op) string {
-	return s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
-}
-
-// calendar reports whether p's windows are calendar days or months.
-func calendar(p *store.Params) bool {
-	return p.Algorithm == store.FixedWindow && (p.Align == store.AlignDay || p.Align == store.AlignMonth)
-}
-
-// calWindow returns the calendar window [start, end) holding t (µs), as
-// algo computes it: the script cannot read time zones.
-func calWindow(p *store.Params, t int64) (start, end int64) {
-	return algo.WindowAt(p, t)
-}
-
 // calBounds returns the boundaries of the calendar windows before, at and
-// after t: the script picks the one that holds its clock's reading, so a
-// server clock a window away from ours still finds its window.
+// after t (µs), as algo computes them (the script cannot read time zones):
+// the script picks the one that holds its clock's reading, so a server
+// clock a window away from ours still finds its window.
 func calBounds(p *store.Params, t int64) [4]int64 {
-	s, e := calWindow(p, t)
-	ps, _ := calWindow(p, s-1)
-	_, ne := calWindow(p, e)
+	s, e := algo.WindowAt(p, t)
+	ps, _ := algo.WindowAt(p, s-1)
+	_, ne := algo.WindowAt(p, e)
 	return [4]int64{ps, s, e, ne}
 }
 
-// build fills c with the keys and arguments that run the ops at idx of b in
-// the given mode. now is the time in µs, or -1 for the server's; ref (µs) is
-// the time calendar windows are computed around. The numbers travel as one
-// blob of little-endian doubles, which the script reads with struct.unpack:
-// parsing many decimal arguments costs the server more than the rest of the
-// script, and a double is what Lua holds anyway (every number here is an
-// integer below 2^53, so it is exact). Each op sends only the numbers its
-// algorithm and the mode use; the ticket follows in decimal.
+// build fills c with the keys and arguments that run the ops at idx of b
+// in the given mode, in decimal (see scripts/apply.lua), so that MONITOR
+// shows what a decision asked. now is the time in µs, or -1 for the
+// server's; ref (µs) is the time calendar windows are computed around;
+// stamps, when not nil, replace the ops' stamps (a compensation's).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
-	c.keys = c.keys[:0]
-	blob := make([]byte, 0, 8*(headArgs+(opArgs+1)*len(idx))+20)
-	put := func(v int64) { blob = binary.LittleEndian.AppendUint64(blob, math.Float64bits(float64(v))) }
-	var keep int64 // only a refund keeps a spent-ticket record
-	if mode == int(store.Refund) {
-		for _, i := range idx {
-			keep = max(keep, algo.TicketLifetime(&b.Ops[i].Params))
-		}
-	}
 	refund := mode == int(store.Refund) || mode == modeCompensate
-	put(int64(mode))
-	put(now)
-	put(b.Cost)
-	put(int64(len(idx)))
-	put(0) // the number of keys, set below
-	put(keep)
+	c.keys = c.keys[:0]
+	c.args = append(c.args[:0], modeNames[mode], strconv.FormatInt(now, 10), strconv.FormatInt(b.Cost, 10),
+		strconv.FormatUint(b.Ticket, 10), strconv.Itoa(len(idx)))
 	for _, i := range idx {
 		op := &b.Ops[i]
-		p := &op.Params
-		key := s.stateKey(op)
+		key := s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
 		c.keys = append(c.keys, key)
-		if p.Algorithm == store.Concurrency {
-			c.keys = append(c.keys, key+"l")
+		if op.Params.Algorithm == store.Concurrency {
+			c.keys = append(c.keys, key+leaseSet)
 		}
-		var shadow int64
-		if op.Shadow {
-			shadow = 1
-		}
-		put(int64(p.Algorithm))
-		put(p.Limit)
-		put(p.Window.Microseconds())
-		put(p.Burst)
-		put(int64(p.Align))
-		put(shadow)
-		if calendar(p) { // the script reads bounds of fixed windows with align >= 2
-			for _, v := range calBounds(p, ref) {
-				put(v)
-			}
-		}
-		if p.Algorithm == store.SlidingWindow {
-			put(p.Buckets)
-		}
+		c.args = append(c.args, ruleText(op, ref))
 		if refund {
 			stamp := op.Stamp
 			if stamps != nil {
 				stamp = stamps[i]
 			}
-			put(stamp)
+			c.args = append(c.args, strconv.FormatInt(stamp, 10))
 		}
 	}
 	if mode == int(store.Refund) {
 		op := &b.Ops[idx[0]]
 		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
 	}
-	binary.LittleEndian.PutUint64(blob[keysArg:], math.Float64bits(float64(len(c.keys))))
-	blob = strconv.AppendUint(blob, b.Ticket, 10)
-	c.args = append(c.args[:0], unsafe.String(unsafe.SliceData(blob), len(blob)))
+}
+
+// ruleText is op's rule as the script reads it, such as
+// "gcra limit=100 window=60000000 burst=20": fields at their defaults
+// (burst 0, align first_hit, no shadow) are left out. Calendar windows
+// carry the boundaries of the windows around ref.
+func ruleText(op *store.Op, ref int64) string {
+	p := &op.Params
+	t := make([]byte, 0, 96)
+	t = append(t, p.Algorithm.String()...)
+	t = strconv.AppendInt(append(t, " limit="...), p.Limit, 10)
+	t = strconv.AppendInt(append(t, " window="...), p.Window.Microseconds(), 10)
+	if p.Burst != 0 {
+		t = strconv.AppendInt(append(t, " burst="...), p.Burst, 10)
+	}
+	if p.Algorithm == store.SlidingWindow {
+		t = strconv.AppendInt(append(t, " buckets="...), p.Buckets, 10)
+	}
+	if p.Algorithm == store.FixedWindow && p.Align != store.AlignFirstHit {
+		t = append(append(t, " align="...), p.Align.String()...)
+		if p.Align == store.AlignDay || p.Align == store.AlignMonth {
+			t = append(t, " bounds="...)
+			for j, v := range calBounds(p, ref) {
+				if j > 0 {
+					t = append(t, ',')
+				}
+				t = strconv.AppendInt(t, v, 10)
+			}
+		}
+	}
+	if op.Shadow {
+		t = append(t, " shadow=1"...)
+	}
+	return string(t)
+}
+
+// leasesOnly reports whether every op of b is a Concurrency rule.
+func leasesOnly(b *store.Batch) bool {
+	for i := range b.Ops {
+		if b.Ops[i].Params.Algorithm != store.Concurrency {
+			return false
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/store"
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
@@ -17,12 +17,13 @@ import (
 // concurrent use. It is a remote store: limiters give each call a deadline
 // and a circuit breaker. Call Close when done.
 type Store struct {
-	run       runner
+	c         rueidis.Client
+	owned     bool // made by New: Close closes it
+	r         *rueidisRunner
+	run       runner // r, or a coalescer over it
 	prefix    string
 	tag       HashTag
 	batchTime bool
-	cache     *denyCache
-	fb        *fallback
 	nodes     *nodes // per-master breakers, in Cluster
 	logger    *slog.Logger
 }
@@ -30,14 +31,45 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // New connects to Redis as opts say (nil for the defaults) and returns the
-// store. Connecting fails fast when no server answers, unless opts has a
-// Fallback: the store then starts on the fallback's memory limits and
-// connects in the background, retrying every second.
+// store. It fails fast when no server answers.
 func New(opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
-	s := &Store{prefix: opts.KeyPrefix, tag: opts.HashTag, batchTime: opts.UseBatchTime, logger: opts.Logger}
+	co, err := clientOption(opts)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rueidis.NewClient(co)
+	if err != nil {
+		return nil, fmt.Errorf("redis: connect: %w", err)
+	}
+	s, err := newStore(c, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// NewFromClient returns a store on a caller's rueidis client (a single
+// node, Sentinel or Cluster client); opts (nil for the defaults) gives
+// everything but the connection, whose fields are ignored. Close leaves
+// the client open. Make the client with DisableRetry: a script that may
+// have run must not be sent twice.
+func NewFromClient(c rueidis.Client, opts *Options) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redis: nil client")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	return newStore(c, opts)
+}
+
+func newStore(c rueidis.Client, opts *Options) (*Store, error) {
+	s := &Store{c: c, prefix: opts.KeyPrefix, tag: opts.HashTag, batchTime: opts.UseBatchTime, logger: opts.Logger}
 	if s.prefix == "" {
 		s.prefix = DefaultKeyPrefix
 	}
@@ -50,57 +82,16 @@ func New(opts *Options) (*Store, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	if f := opts.Fallback; f != nil {
-		if f.Instances < 1 {
-			return nil, fmt.Errorf("redis: fallback instances must be at least 1, got %d", f.Instances)
-		}
-		s.fb = newFallback(f)
+	r := &rueidisRunner{c: c}
+	s.r, s.run = r, r
+	if max := cmp.Or(opts.MaxCoalesce, DefaultMaxCoalesce); !r.cluster() && max > 1 {
+		s.run = &coalescer{rueidisRunner: r, max: max}
 	}
-	switch {
-	case opts.Client != nil:
-		s.run = coalesced(&rueidisRunner{c: opts.Client}, opts.MaxCoalesce)
-	case opts.GoRedis != nil:
-		if _, ring := opts.GoRedis.(*goredis.Ring); ring {
-			// A Ring routes a script by its first key alone, so one rule
-			// key could be counted on several shards.
-			return nil, errors.New("redis: a go-redis Ring cannot hold floodgate's state; use a Client, a ClusterClient or a failover client")
-		}
-		s.run = &goRedisRunner{c: opts.GoRedis}
-	default:
-		co, err := clientOption(opts)
-		if err != nil {
-			return nil, err
-		}
-		wrap := func(r *rueidisRunner) runner { return coalesced(r, opts.MaxCoalesce) }
-		c, err := rueidis.NewClient(co)
-		switch {
-		case err == nil:
-			s.run = wrap(&rueidisRunner{c: c, owned: true})
-		case s.fb != nil:
-			// With a fallback, a Redis that is down at start is the same
-			// outage as one that goes down later: answer from memory and
-			// keep trying.
-			err = fmt.Errorf("redis: connect: %w", err)
-			s.logger.Warn("floodgate/redis: Redis unreachable at start; answering from per-instance memory limits and connecting in the background", "err", err)
-			s.run = newConnector(co, err, wrap, s.logger)
-		default:
-			return nil, fmt.Errorf("redis: connect: %w", err)
-		}
-	}
-	if _, later := s.run.(*connector); later || s.run.cluster() {
-		s.nodes = newNodes(s.run, opts.NodeBreaker, s.logger)
-	}
-	if s.run.cluster() {
+	if r.cluster() {
+		s.nodes = newNodes(r, opts.NodeBreaker, s.logger)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.nodes.check(ctx)
 		cancel()
-	}
-	if opts.DenyCacheSize >= 0 {
-		n := opts.DenyCacheSize
-		if n == 0 {
-			n = DefaultDenyCacheSize
-		}
-		s.cache = newDenyCache(n)
 	}
 	return s, nil
 }
@@ -158,100 +149,58 @@ func clientOption(opts *Options) (rueidis.ClientOption, error) {
 	return co, nil
 }
 
-// Close releases the connections the store opened (not a client passed in
-// Options) and the fallback's memory.
+// Close releases the connections New opened (not a client passed to
+// NewFromClient).
 func (s *Store) Close() error {
 	if s.nodes != nil {
 		s.nodes.close()
 	}
-	s.run.close()
-	if s.fb != nil {
-		s.fb.close()
+	if s.owned {
+		s.c.Close()
 	}
 	return nil
 }
 
-// Apply applies b. On a single node (and in Cluster when all of b's keys
-// share a slot) it is one script call, atomic on the server. See the package
-// documentation for batches that span Cluster slots.
+// Apply applies b in one pass: the batch's ops are grouped by Cluster slot
+// (one group outside Cluster, or when every key shares a slot), each group
+// is one script call, atomic on the server, and the replies are copied
+// into the ops. A consume that spans slots and was denied (or failed) on
+// one of them gives back what the others charged (compensate). See the
+// package documentation.
 func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
+	b.Allowed = false
 	if len(b.Ops) == 0 {
 		return nil
 	}
-	local := s.localNow(b)
-	if s.fb != nil {
-		use, probe := s.fb.active(local)
-		if use {
-			return s.fb.apply(b)
-		}
-		if probe {
-			defer s.fb.endProbe()
-		}
+	now, ref := int64(-1), time.Now().UnixMicro() // -1: the server's TIME
+	if s.batchTime {
+		now, ref = b.Now.UnixMicro(), b.Now.UnixMicro()
 	}
-	b.Allowed = false
-	if s.cache != nil {
-		switch b.Mode {
-		case store.Consume:
-			// Only consumes are answered from the cache: a peek or a record
-			// must see every rule's true state.
-			if s.cache.deny(b, local) {
-				return nil
-			}
-		case store.Refund, store.Reset:
-			s.cache.forget(b)
+	mode := int(b.Mode)
+	if b.Mode == store.Refund && leasesOnly(b) {
+		mode = modeCompensate // idempotent: no spent-ticket record (see store.Refund)
+	}
+	gs := s.groups(b)
+	err := s.exec(ctx, b, gs, mode, now, ref, nil)
+	if err == nil {
+		b.Allowed = b.Mode == store.Consume
+		for _, g := range gs {
+			b.Allowed = b.Allowed && g.c.reply[0] == 1
+			s.results(b, g, false)
 		}
 	}
-	err := s.apply(ctx, b)
-	if err != nil {
-		if ce := (*store.ConfinedError)(nil); s.fb != nil && unreachable(err) && errors.As(err, &ce) {
-			// One Cluster master is down: only this decision, whose keys
-			// live there, is answered from memory.
-			return s.fb.apply(b)
-		}
-		if s.fb != nil && unreachable(err) {
-			if s.fb.down(local) {
-				s.logger.Warn("floodgate/redis: Redis unreachable; answering from per-instance memory limits", "err", err)
-			}
-			return s.fb.apply(b)
-		}
-		return err
+	if b.Mode == store.Consume && len(gs) > 1 && !b.Allowed {
+		s.compensate(ctx, b, gs, now, ref)
 	}
-	if s.fb != nil && s.fb.up() {
-		s.logger.Info("floodgate/redis: Redis reachable again; memory fallback off")
-	}
-	if s.cache != nil && (b.Mode == store.Consume || b.Mode == store.Peek) {
-		// A peek's denials are exact too, so consumes may learn from them.
-		s.cache.learn(b, local, s.denyBound())
-	}
-	return nil
+	return err
 }
 
-// denyBound caps how long (ns) the over-limit cache keeps a denial: see
-// ClusterDenyBound; 0 where decisions are never split across slots.
-func (s *Store) denyBound() int64 {
-	if s.tag == TagRule && s.run.cluster() {
-		return int64(ClusterDenyBound)
-	}
-	return 0
-}
-
-// localNow is the local clock reading (ns) the over-limit cache and the
-// fallback work with.
+// localNow is the local clock reading (ns) the Cluster breakers work with.
 func (s *Store) localNow(b *store.Batch) int64 {
 	if s.batchTime {
 		return b.Now.UnixNano()
 	}
 	return time.Now().UnixNano()
-}
-
-// unreachable reports whether err means Redis could not be asked (as
-// opposed to a script error, a bug the fallback must not hide).
-func unreachable(err error) bool {
-	var se *serverError
-	if errors.As(err, &se) {
-		return !strings.HasPrefix(se.msg, "ERR") && !strings.HasPrefix(se.msg, "WRONGTYPE")
-	}
-	return true
 }
 
 // retryable reports whether a call that failed with err is sent once more:
@@ -279,73 +228,24 @@ type group struct {
 	refused bool  // by the master's open breaker: the call did not go out
 }
 
-// single is what a batch on a single node needs, in one allocation: its
-// one group and the backing arrays of the group's op indexes and keys and
-// of the call list (a batch with more ops or keys grows past them).
-type single struct {
-	g     group
-	gs    [1]*group
-	calls [1]*call
-	idx   [8]int
-	keys  [8]string
-}
-
-// apply runs b on Redis: one call per slot its keys occupy.
-func (s *Store) apply(ctx context.Context, b *store.Batch) error {
-	now, ref := int64(-1), time.Now().UnixMicro()
-	if s.batchTime {
-		ref = b.Now.UnixMicro()
-		now = ref
-	}
-	mode := int(b.Mode)
-	if b.Mode == store.Refund && leasesOnly(b) {
-		mode = modeCompensate // idempotent: no spent-ticket record (see store.Refund)
-	}
-	if !s.run.cluster() {
-		one := &single{}
-		g := &one.g
-		g.idx, g.c.keys = one.idx[:0], one.keys[:0]
-		for i := range b.Ops {
-			g.idx = append(g.idx, i)
-		}
-		one.gs[0] = g
-		if err := s.exec(ctx, b, one.gs[:], one.calls[:], mode, now, ref, nil); err != nil {
-			return err
-		}
-		b.Allowed = g.c.reply[0] == 1
-		s.results(b, g, false)
-		return nil
-	}
-	gs := s.groups(b)
-	if err := s.exec(ctx, b, gs, make([]*call, len(gs)), mode, now, ref, nil); err != nil {
-		if b.Mode == store.Consume {
-			s.compensate(ctx, b, gs, now, ref)
-		}
-		return err
-	}
-	b.Allowed = b.Mode == store.Consume
-	for _, g := range gs {
-		b.Allowed = b.Allowed && g.c.reply[0] == 1
-		s.results(b, g, false)
-	}
-	if b.Mode == store.Consume && !b.Allowed && len(gs) > 1 {
-		s.compensate(ctx, b, gs, now, ref)
-	}
-	return nil
-}
-
-// groups splits b's ops by Cluster slot, in order of first appearance.
+// groups splits b's ops by Cluster slot, in order of first appearance;
+// outside Cluster they are one group.
 func (s *Store) groups(b *store.Batch) []*group {
+	if s.nodes == nil {
+		g := &group{idx: make([]int, len(b.Ops))}
+		for i := range g.idx {
+			g.idx[i] = i
+		}
+		return []*group{g}
+	}
 	var gs []*group
-	var slots []uint16
 	for i := range b.Ops {
 		sl := slotOf(s.tag, b.Ops[i].Scope, b.Ops[i].Key)
 		j := 0
-		for j < len(slots) && slots[j] != sl {
+		for j < len(gs) && gs[j].slot != sl {
 			j++
 		}
-		if j == len(slots) {
-			slots = append(slots, sl)
+		if j == len(gs) {
 			gs = append(gs, &group{slot: sl})
 		}
 		gs[j].idx = append(gs[j].idx, i)
@@ -353,71 +253,60 @@ func (s *Store) groups(b *store.Batch) []*group {
 	return gs
 }
 
-// exec builds and runs the groups' calls; calls has room for one per
-// group. A group whose script could not find the calendar window holding
-// the server's time is run again with windows computed around that time.
-// In Cluster, a group whose master's breaker is open is not sent, and every
-// failure is a *store.ConfinedError (see nodes). The first error is
-// returned; groups that succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, calls []*call, mode int, now, ref int64, stamps []int64) error {
-	var local int64 // the breakers' clock
-	nodes := s.guard()
-	if nodes != nil {
-		local = s.localNow(b)
-		nodes.due()
+// exec builds and runs the groups' calls, together. A group whose script
+// could not find the calendar window holding the server's time is run
+// again with windows computed around that time, and one whose connection
+// broke is sent once more (see retryable). In Cluster, a group whose
+// master's breaker is open is not sent, and every failure is a
+// *store.ConfinedError (see nodes). The first error is returned; groups
+// that succeeded keep their replies.
+func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) error {
+	local := s.localNow(b) // the breakers' clock
+	if s.nodes != nil {
+		s.nodes.due()
 	}
-	run := calls[:0]
+	var calls []*call
 	for _, g := range gs {
-		if nodes != nil && !nodes.allow(g, local) {
+		if s.nodes != nil && !s.nodes.allow(g, local) {
 			g.refused = true
 			continue
 		}
 		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
-		run = append(run, &g.c)
+		calls = append(calls, &g.c)
 	}
-	if len(run) > 0 {
-		s.run.run(ctx, run)
+	if len(calls) > 0 {
+		s.run.run(ctx, calls)
 	}
-	var again []*call
+	calls = calls[:0]
 	for _, g := range gs {
 		switch {
 		case g.refused:
-		case g.c.err == nil && len(g.c.reply) >= 2 && g.c.reply[0] == -1:
+		case g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1:
 			s.build(&g.c, b, g.idx, mode, now, g.c.reply[1], stamps)
-			again = append(again, &g.c)
+			calls = append(calls, &g.c)
 		case mode != modeCompensate && retryable(ctx, g.c.err):
-			again = append(again, &g.c)
+			calls = append(calls, &g.c)
 		}
 	}
-	if len(again) > 0 {
-		s.run.run(ctx, again)
+	if len(calls) > 0 {
+		s.run.run(ctx, calls)
 	}
 	var first error
 	for _, g := range gs {
-		err := g.c.err
-		if err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
-			err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
-			g.c.err = err
+		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
+			g.c.err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
 		}
-		if nodes != nil && !g.refused {
-			nodes.record(ctx, g, local)
+		if s.nodes != nil && !g.refused {
+			s.nodes.record(ctx, g, local)
 		}
-		if err != nil && first == nil {
-			first = err
-			if nodes != nil {
-				first = confine(g, err)
+		if g.c.err != nil && first == nil {
+			first = g.c.err
+			if s.nodes != nil {
+				first = confine(g, first)
 			}
 		}
 	}
 	return first
-}
-
-// guard returns the per-master breakers when the store talks to a Cluster.
-func (s *Store) guard() *nodes {
-	if s.nodes != nil && s.run.cluster() {
-		return s.nodes
-	}
-	return nil
 }
 
 // results copies a group's reply into its ops. With statusOnly, only the
@@ -476,36 +365,19 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 	// passed, or units stay charged for a denied decision.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := s.exec(cctx, b, back, make([]*call, len(back)), modeCompensate, now, ref, stamps); err != nil {
+	if err := s.exec(cctx, b, back, modeCompensate, now, ref, stamps); err != nil {
 		s.logger.Warn("floodgate/redis: cross-slot compensation failed; units stay charged until their windows pass", "err", err)
 	}
 	for _, g := range back {
 		if g.c.err == nil {
 			s.results(b, g, true)
-			if s.cache != nil {
-				s.cache.gaveBack(b, g.idx, s.localNow(b))
-			}
 		}
 	}
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// coalesced wraps a fresh client's runner in a coalescer when it serves a
-// single node (or a Sentinel master) and maxCoalesce allows more than one
-// decision per call.
-func coalesced(r *rueidisRunner, maxCoalesce int) runner {
-	if maxCoalesce == 0 {
-		maxCoalesce = DefaultMaxCoalesce
-	}
-	if r.cluster() || maxCoalesce <= 1 {
-		return r
-	}
-	return &coalescer{rueidisRunner: r, max: maxCoalesce}
-}
-
-// Ping checks that Redis answers. A store that has not yet connected
-// returns the last connection error.
+// Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.run.ping(ctx)
+	return s.r.ping(ctx)
 }

@@ -1,0 +1,65 @@
+-- floodgate: reading a call's arguments (see apply.lua for their layout).
+
+-- rule reads a rule: its algorithm, then name=value fields: limit, window
+-- (µs), burst, buckets (sliding windows), align (fixed windows: first_hit,
+-- the default, clock, day or month; day and month come with bounds=b0,b1,
+-- b2,b3, the boundaries of the calendar windows before, at and after the
+-- caller's time, as Lua cannot read zones) and shadow=1. The rules of a
+-- call repeat (one per limiter rule), so each is read once per call.
+local rules = {}
+local function rule(text)
+  local r = rules[text]
+  if r then return r end
+  local name, rest = string.match(text, '^(%S+)(.*)$')
+  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
+  if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
+  for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
+    if k == 'align' then
+      r.align = v
+    elseif k == 'shadow' then
+      r.shadow = v == '1'
+    elseif k == 'bounds' then
+      r.bounds = {}
+      for b in string.gmatch(v, '[^,]+') do r.bounds[#r.bounds + 1] = tonumber(b) end
+    else
+      r[k] = tonumber(v)
+    end
+  end
+  -- How long a refunded ticket is remembered (algo.TicketLifetime): a
+  -- calendar day can last 25 hours and a month 31 days.
+  r.lifetime = r.window
+  if r.align == 'day' then r.lifetime = 25 * 3600e6 elseif r.align == 'month' then r.lifetime = 32 * 24 * 3600e6 end
+  rules[text] = r
+  return r
+end
+
+-- parse reads the batch at ARGV[i] and KEYS[k]; it returns the batch and
+-- the indexes of the next. The batch and op tables are the call's, reused
+-- by each batch in turn (making tables is a good part of a script's cost),
+-- so parse sets every field an op has.
+local batch, pool = {ops = {}}, {}
+local function parse(i, k)
+  local b = batch
+  b.mode, b.now, b.cost, b.ticket = ARGV[i], tonumber(ARGV[i + 1]), math.min(tonumber(ARGV[i + 2]), MAX), ARGV[i + 3]
+  b.keep, b.spent = 0, nil
+  local refund = b.mode == 'refund' or b.mode == 'compensate'
+  local n = tonumber(ARGV[i + 4])
+  i = i + 5
+  for j = 1, n do
+    local r, op = rule(ARGV[i]), pool[j] or {}
+    pool[j], b.ops[j] = op, op
+    op.kind, op.key, op.lkey, op.ticket, op.stamp = r.kind, KEYS[k], nil, b.ticket, 0
+    op.limit, op.window, op.burst, op.buckets = r.limit, r.window, r.burst, r.buckets
+    op.align, op.bounds, op.shadow = r.align, r.bounds, r.shadow
+    op.a, op.b, op.c, op.live, op.exists, op.dirty = 0, 0, 0, false, false, false
+    op.ok, op.never, op.took, op.retry, op.rem, op.reset, op.out = false, false, false, 0, 0, 0, 0
+    op.k, op.ring, op.changed, op.full, op.clear = nil, nil, nil, nil, nil -- sliding windows'
+    i, k = i + 1, k + 1
+    if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
+    if refund then op.stamp, i = tonumber(ARGV[i]), i + 1 end
+    b.keep = math.max(b.keep, r.lifetime)
+  end
+  for j = n + 1, #b.ops do b.ops[j] = nil end
+  if b.mode == 'refund' then b.spent, k = KEYS[k], k + 1 end
+  return b, i, k
+end

@@ -1,0 +1,136 @@
+-- floodgate: what every algorithm's script shares. The scripts are one
+-- Lua chunk, in the order lib, fixed, bucket, sliding, concurrency, args,
+-- apply (see apply.lua for the call); each ports its part of
+-- internal/algo.
+--
+-- Every quantity is an integer number of microseconds or units held in a
+-- Lua number (a double), exact below 2^53, which rule validation keeps the
+-- products under. Divisions go through fdiv, which corrects the rounded
+-- quotient, so that they are exact.
+
+local MAX = 9007199254740992 -- 2^53, algo.MaxUnits
+
+-- fdiv is floor(a / b) for b > 0, exact for |a| < 2^53.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then q = q - 1 elseif r >= b then q = q + 1 end
+  return q
+end
+local function fmod(a, b) return a - fdiv(a, b) * b end
+local function ceildiv(a, b)
+  if a <= 0 then return 0 end
+  return fdiv(a + b - 1, b)
+end
+local function addc(a, b)
+  if a > MAX - b then return MAX end
+  return a + b
+end
+
+-- now is the batch's time (µs): the caller's, or the server's TIME, read
+-- once per call. slack (ms) lengthens TTLs when the caller supplies the
+-- time: keys expire on the server's clock, which may run ahead of the
+-- caller's (a test's fake clock).
+local now, slack, servernow = 0, 0, nil
+local function settime(t)
+  if t >= 0 then
+    now, slack = t, 60000
+    return
+  end
+  if not servernow then
+    local tm = redis.call('TIME')
+    servernow = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+  end
+  now, slack = servernow, 0
+end
+
+-- ttl is the relative expiry in ms (rounded up) of an instant exp in µs,
+-- in decimal: redis.call formats a number argument with "%.17g", which
+-- costs more than the SET it is for. TTLs repeat (a window, a
+-- millisecond), so each is formatted once per call.
+local ttltext = {}
+local function ttl(exp)
+  local ms = math.max(1, ceildiv(exp - now, 1000)) + slack
+  local t = ttltext[ms]
+  if not t then
+    t = string.format('%d', ms)
+    ttltext[ms] = t
+  end
+  return t
+end
+
+-- Fixed windows, token buckets and GCRA keep three numbers (a, b, c) as a
+-- string of named decimal fields, such as "tokens=4 frac=0 ts=...": a
+-- string, unlike a hash, is read for every key of a call in one MGET and
+-- written with its TTL in one SET. Each key is read once per call and
+-- written at most once, at the end, however many of the call's batches
+-- touch it (a global rule's key is in every one); batches see each other's
+-- changes in order, exactly as if each were its own call.
+local cached, pending = {}, {}
+
+-- prefetch reads every key of the call (in chunks that fit Lua's stack).
+-- MGET answers nil for a key of another type (a sliding window's hash, a
+-- lease set), which only string states are read through.
+local function prefetch()
+  for s = 1, #KEYS, 1000 do
+    local e = math.min(s + 999, #KEYS)
+    local vs = redis.call('MGET', unpack(KEYS, s, e))
+    for j = s, e do cached[KEYS[j]] = vs[j - s + 1] end
+  end
+end
+
+-- flush writes the changed keys: text with a TTL of ms, or keeping the
+-- TTL when ms is true, or false to delete.
+local function flush()
+  for key, ms in pairs(pending) do
+    local v = cached[key]
+    if not v then
+      redis.call('DEL', key)
+    elseif ms == true then
+      redis.call('SET', key, v, 'KEEPTTL')
+    else
+      redis.call('SET', key, v, 'PX', ms)
+    end
+  end
+end
+
+-- texted gives kind, whose state is (a, b, c) in the named fields, in the
+-- order given (such as {'n', 'b'}, {'start', 'a'}, {'end', 'c'}), the
+-- load, save and forget that keep it in the call's cache.
+local function texted(kind, f1, f2, f3)
+  local names, pat = {}, {}
+  for j, f in ipairs({f1, f2, f3}) do
+    names[j], pat[j] = f[1] .. '=%d', f[1] .. '=(%-?%d+)'
+  end
+  local format, pattern = table.concat(names, ' '), '^' .. table.concat(pat, ' ') .. '$'
+  function kind.load(op)
+    local v = cached[op.key]
+    if not v then return end
+    local x, y, z = string.match(v, pattern)
+    if not z then error('floodgate: ' .. op.key .. ' holds ' .. v) end
+    op[f1[2]], op[f2[2]], op[f3[2]] = tonumber(x), tonumber(y), tonumber(z)
+    op.live, op.exists = true, true
+  end
+  function kind.save(op, exp)
+    local ms = true
+    if exp ~= true then ms = ttl(exp) end
+    cached[op.key], pending[op.key] = string.format(format, op[f1[2]], op[f2[2]], op[f3[2]]), ms
+  end
+  function kind.forget(op)
+    cached[op.key], pending[op.key] = false, false
+  end
+  return kind
+end
+
+-- ALG holds each algorithm's functions, by its configuration name. Each
+-- takes an op: {key, limit, window, burst, align, a, b, c, live, exists,
+-- dirty, ...} and works at now:
+--   load(op) reads the state; normalize(op) brings it to now (false: the
+--     calendar window holding now was not passed in);
+--   check(op, n) -> ok, never, retry; take(op, n) -> stamp;
+--   give(op, n, stamp); status(op) -> remaining, reset;
+--   expiry(op) -> the instant the state means no key (default now + reset);
+--   save(op, exp) writes the state to expire at exp (µs), or with its TTL
+--     when exp is true; forget(op) deletes it;
+--   inplace: normalizing depends on the clock alone (algo.InPlace).
+local ALG = {}
