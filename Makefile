@@ -22,7 +22,7 @@ BENCHTIME ?= 300ms
 COUNT ?= 8
 BENCH_OUT ?= $(CURDIR)/bench/results
 
-.PHONY: bench bench-compare
+.PHONY: bench bench-compare bench-redis-floor
 
 # In-repo benchmarks of the memory store through the Limiter API.
 bench:
@@ -44,3 +44,12 @@ bench-compare:
 		$(BENCH_OUT)/compare.test -test.run '^$$' -test.bench '^BenchmarkCompare$$' -test.benchmem -test.benchtime=$(BENCHTIME) >> $(BENCH_OUT)/compare.txt || exit 1; \
 	done
 	cd bench && go run ./cmd/benchtable -base floodgate/key < $(BENCH_OUT)/compare.txt | tee $(BENCH_OUT)/compare.md
+
+# floodgate's Redis store next to the minimal one- and three-key scripts and
+# redis_rate, in one run on one redis-server (issue #15): a markdown table of
+# medians and ratios, about 2 minutes. REDISFLOOR_ROUNDS, REDISFLOOR_TIME and
+# REDISFLOOR_CALLERS make it longer (see bench/redisfloor_test.go).
+bench-redis-floor:
+	mkdir -p $(BENCH_OUT)
+	cd bench && go test -run '^$$' -bench '^BenchmarkRedisFloor$$' -benchtime 1x -timeout 30m > $(BENCH_OUT)/redisfloor.txt; \
+		s=$$?; cat $(BENCH_OUT)/redisfloor.txt; exit $$s
