@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // limiterInfo and ruleInfo are GET /v1/limiters' view of the configuration.
@@ -148,9 +149,26 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) *httpErro
 const readyzPingTimeout = 250 * time.Millisecond
 
 // Pinger is implemented by stores that can tell whether they are reachable
-// (a Redis store). /readyz calls it; stores without it are always reachable.
+// (a Redis store). /readyz calls it, on the store or the store it
+// decorates (found through an Unwrap() store.Store method, as
+// store/overlimit has); stores without one are always reachable.
 type Pinger interface {
 	Ping(ctx context.Context) error
+}
+
+// pinger returns the Pinger of st or of the stores st decorates.
+func pinger(st store.Store) (Pinger, bool) {
+	for st != nil {
+		if p, ok := st.(Pinger); ok {
+			return p, true
+		}
+		u, ok := st.(interface{ Unwrap() store.Store })
+		if !ok {
+			break
+		}
+		st = u.Unwrap()
+	}
+	return nil, false
 }
 
 type readiness struct {
@@ -188,7 +206,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) *httpError
 		out.Config.LastReloadFailedAt = &at
 	}
 	out.Store.Reachable = true
-	if p, ok := s.Store.(Pinger); ok {
+	if p, ok := pinger(s.Store); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), readyzPingTimeout)
 		err := p.Ping(ctx)
 		cancel()

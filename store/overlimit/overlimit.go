@@ -139,6 +139,10 @@ func New(inner store.Store, opts *Options) *Store {
 	return s
 }
 
+// Unwrap returns the store s decorates, so that what it offers beyond
+// store.Store (a Redis store's Ping) can be found.
+func (s *Store) Unwrap() store.Store { return s.inner }
+
 // InProcess reports what the inner store reports, so a memory store behind
 // a Store keeps its fast path in the limiter.
 func (s *Store) InProcess() bool {

@@ -62,6 +62,10 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	return err
 }
 
+// Unwrap returns the store s decorates, so that what it offers beyond
+// store.Store (a Redis store's Ping) can be found.
+func (s *Store) Unwrap() store.Store { return s.inner }
+
 // InProcess reports what the inner store reports (see store.InProcess).
 func (s *Store) InProcess() bool {
 	ip, ok := s.inner.(store.InProcess)
