@@ -312,7 +312,15 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 		opts.Sentinel = &redis.Sentinel{Master: sn.Master, Addrs: sn.Addrs, Password: sn.Password}
 	}
 	s, err := redis.New(opts)
-	if err != nil {
+	switch {
+	case err != nil && r.Fallback != nil:
+		// The fallback decides until Redis answers, as it does whenever
+		// Redis is down.
+		logger.Warn("floodgate: Redis unreachable at start: deciding on the fallback, dialling again every second",
+			"redis", redisTarget(r), "err", withoutSecrets(err.Error(), r))
+		l := dialLater(opts, err, logger)
+		return withDenyCache(l, r.DenyCacheSize), l.Close, nil
+	case err != nil:
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
 	return withDenyCache(s, r.DenyCacheSize), func() { s.Close() }, nil
