@@ -38,7 +38,7 @@ local out = {}
 -- retry, remaining, reset and stamp.
 local function reply(b, allowed)
   local r, n = {allowed and 1 or 0, now}, 2
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do local op = b.ops[j]
     local status = 0
     if op.took then status = 2 elseif op.ok then status = 1 elseif op.never then status = 3 end
     r[n + 1], r[n + 2], r[n + 3], r[n + 4], r[n + 5] = status, op.retry, op.rem, op.reset, op.out
@@ -50,7 +50,7 @@ end
 local function miss() out[#out + 1] = {-1, now} end
 
 local function reset(b)
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do local op = b.ops[j]
     op.kind.forget(op)
     op.ok, op.rem = true, op.limit
   end
@@ -62,11 +62,14 @@ end
 -- held" sooner. The reply reports it brought to now.
 local function refund(b)
   if b.mode == 'refund' and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
-  for _, op in ipairs(b.ops) do op.kind.load(op) end
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do
+    local op = b.ops[j]
+    op.kind.load(op)
+  end
+  for j = 1, #b.ops do local op = b.ops[j]
     if op.exists and op.kind.inplace and not op.kind.normalize(op) then return miss() end
   end
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do local op = b.ops[j]
     if op.exists then
       op.kind.give(op, b.cost, op.stamp)
       if op.kind.inplace then
@@ -92,12 +95,12 @@ end
 -- admit, a record charges them all. Only a charge keeps a bucket's state
 -- as this decision saw it (see internal/algo).
 local function decide(b)
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do local op = b.ops[j]
     op.kind.load(op)
     if not op.kind.normalize(op) then return miss() end
   end
   local record, allowed = b.mode == 'record', true
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do local op = b.ops[j]
     if record then
       op.out = op.kind.take(op, b.cost)
       op.ok, op.never, op.retry = op.kind.check(op, 1)
@@ -107,7 +110,7 @@ local function decide(b)
     end
   end
   local charge = allowed and b.mode == 'consume'
-  for _, op in ipairs(b.ops) do
+  for j = 1, #b.ops do local op = b.ops[j]
     if charge and op.ok then op.out, op.took = op.kind.take(op, b.cost), true end
     op.rem, op.reset = op.kind.status(op)
     if record or op.took or op.kind.inplace then persist(op) end
