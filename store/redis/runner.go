@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -151,48 +150,23 @@ func serverErr(err error) error {
 	return err
 }
 
-// decode reads the script's reply to a call of len(replies) batches, a
-// line per batch, into each batch's numbers or error (a *serverError); it
-// returns the call's own error.
+// decode reads the script's reply to a call of len(replies) batches, an
+// element per batch, into each batch's numbers or error (a *serverError);
+// it returns the call's own error.
 func decode(res rueidis.RedisResult, replies [][]int64, errs []error) error {
-	text, err := res.ToString()
+	elems, err := res.ToArray()
 	if err != nil {
 		return serverErr(err)
 	}
-	text, _ = strings.CutSuffix(text, "\n")
-	i := 0
-	for line := range strings.SplitSeq(text, "\n") {
-		if i == len(replies) {
-			break
-		}
-		if !startsNumber(line) {
-			errs[i] = &serverError{msg: line} // such as "ERR ..." or "WRONGTYPE ..."
-		} else if replies[i], err = numbers(line); err != nil {
-			errs[i] = fmt.Errorf("redis: unexpected script reply %q: %w", line, err)
-		}
-		i++
+	if len(elems) != len(replies) {
+		return fmt.Errorf("redis: script replied for %d batches, want %d", len(elems), len(replies))
 	}
-	if i != len(replies) || strings.Count(text, "\n") != len(replies)-1 {
-		return fmt.Errorf("redis: script replied for %d batches, want %d", strings.Count(text, "\n")+1, len(replies))
+	for i := range elems {
+		if e := elems[i].Error(); e != nil {
+			errs[i] = serverErr(e) // such as "ERR ..." or "WRONGTYPE ..."
+		} else if replies[i], err = elems[i].AsIntSlice(); err != nil {
+			errs[i] = fmt.Errorf("redis: unexpected script reply: %w", err)
+		}
 	}
 	return nil
-}
-
-// startsNumber reports whether line starts with a digit or "-" and one.
-func startsNumber(line string) bool {
-	line = strings.TrimPrefix(line, "-")
-	return line != "" && line[0] >= '0' && line[0] <= '9'
-}
-
-// numbers reads a batch's reply: integers separated by spaces.
-func numbers(text string) ([]int64, error) {
-	out := make([]int64, 0, 1+strings.Count(text, " "))
-	for f := range strings.SplitSeq(text, " ") {
-		v, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }

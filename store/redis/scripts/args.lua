@@ -36,7 +36,8 @@ end
 -- parse reads the batch at ARGV[i] and KEYS[k]; it returns the batch and
 -- the indexes of the next. The batch and op tables are the call's, reused
 -- by each batch in turn (making tables is a good part of a script's cost),
--- so parse sets every field an op has.
+-- so parse sets every field an op has (sliding.load sets a sliding
+-- window's own).
 local batch, pool = {ops = {}}, {}
 local function parse(i, k)
   local b = batch
@@ -53,7 +54,6 @@ local function parse(i, k)
     op.align, op.bounds, op.shadow = r.align, r.bounds, r.shadow
     op.a, op.b, op.c, op.live, op.exists, op.dirty = 0, 0, 0, false, false, false
     op.ok, op.never, op.took, op.retry, op.rem, op.reset, op.out = false, false, false, 0, 0, 0, 0
-    op.k, op.ring, op.changed, op.full, op.clear = nil, nil, nil, nil, nil -- sliding windows'
     i, k = i + 1, k + 1
     if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
     if refund then op.stamp, i = tonumber(ARGV[i]), i + 1 end

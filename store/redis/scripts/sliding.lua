@@ -8,7 +8,7 @@ ALG.sliding_window = sliding
 
 function sliding.load(op)
   local v = redis.call('HMGET', op.key, 'bucket', 'n', 'buckets')
-  op.ring, op.changed = {}, {}
+  op.ring, op.changed, op.k, op.full, op.clear = {}, {}, nil, nil, nil
   if v[1] then
     op.a, op.b, op.k = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
     op.live, op.exists = true, true
