@@ -105,10 +105,12 @@ type Limiter struct {
 	rules    []*compiledRule
 	byName   map[string]*compiledRule
 	leases   bool // a rule is Concurrency: consumes need a lease id
-	// keyAttr is the one attribute every keyed rule keys on, when there is
-	// one (AllowKey); plain says no rule has a KeyFunc, overrides or a
-	// LimitFunc, so AllowKey needs no Attributes at all.
+	// keyAttr is the one attribute every keyed rule keys on ("" when no
+	// rule has a key); oneKey says there is at most one, so AllowKey can
+	// decide; plain says no rule has overrides or a LimitFunc, so AllowKey
+	// needs no Attributes at all.
 	keyAttr  string
+	oneKey   bool
 	plain    bool
 	clock    Clock
 	policy   FailurePolicy
@@ -200,7 +202,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		l.rules = append(l.rules, c)
 		l.leases = l.leases || r.Algorithm == Concurrency
 	}
-	l.keyAttr, l.plain = oneKey(l.rules)
+	l.keyAttr, l.oneKey, l.plain = oneKey(l.rules)
 	if err := l.hold(opts.Replaces); err != nil {
 		return nil, err
 	}
@@ -288,11 +290,11 @@ func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (Decisi
 // rules key on several attributes or on a KeyFunc, the key's attribute is
 // unknown: the decision is then the failure policy's, with Err saying so.
 func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
+	if !l.oneKey {
+		c := l.call(ModeConsume, 1)
+		return l.run(ctx, c, sprintfErr("floodgate: limiter %q: AllowKey needs rules keyed on one attribute at most", l.name), nil)
+	}
 	if !l.plain {
-		if l.keyAttr == "" {
-			c := l.call(ModeConsume, 1)
-			return l.run(ctx, c, sprintfErr("floodgate: limiter %q: AllowKey needs rules keyed on one attribute at most", l.name), nil)
-		}
 		return l.decide(ctx, ModeConsume, Attributes{l.keyAttr: key}, 1, nil)
 	}
 	c := l.call(ModeConsume, 1)
@@ -314,20 +316,21 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 }
 
 // oneKey returns the one attribute name the keyed rules key on ("" when
-// they key on several, composite keys, or a KeyFunc), and whether AllowKey
-// can decide without attributes (no rule needs them for anything else).
-func oneKey(rules []*compiledRule) (attr string, plain bool) {
+// none has a key), whether there is at most one (not several, composite
+// keys or a KeyFunc), and whether AllowKey can decide without attributes
+// (no rule needs them for anything else).
+func oneKey(rules []*compiledRule) (attr string, one, plain bool) {
 	plain = true
 	for _, r := range rules {
 		if r.KeyFunc != nil || len(r.Key) > 1 || len(r.Key) == 1 && attr != "" && r.Key[0] != attr {
-			return "", false
+			return "", false, false
 		}
 		if len(r.Key) == 1 {
 			attr = r.Key[0]
 		}
 		plain = plain && r.Overrides == nil && r.LimitFunc == nil
 	}
-	return attr, plain
+	return attr, true, plain
 }
 
 // Decide makes the decision that AllowN (ModeConsume), Peek (ModePeek) or

@@ -771,4 +771,15 @@ func TestAllowKeyIsAllowOnTheKeyAttribute(t *testing.T) {
 	if d := composite.AllowKey(ctx, "ann"); d.Allowed || d.Reason != floodgate.ReasonStore || d.Err == nil {
 		t.Errorf("AllowKey on a composite-key limiter = %+v, want the failure policy with an error", d)
 	}
+	// Global rules alone need no key, with a limit function or without.
+	global, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "all", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute,
+			LimitFunc: func(context.Context, floodgate.Attributes) (int64, error) { return 0, nil }},
+	}, nil)
+	if d := global.AllowKey(ctx, "ann"); !d.Allowed || d.Rule != "all" {
+		t.Errorf("first AllowKey on a global rule = %+v, want admitted by it", d)
+	}
+	if d := global.AllowKey(ctx, "bob"); d.Allowed || d.Reason != floodgate.ReasonLimit {
+		t.Errorf("second AllowKey on a global rule of 1 = %+v, want denied by the limit", d)
+	}
 }
