@@ -300,17 +300,12 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	c := l.call(ModeConsume, 1)
 	key = single(key)
 	for _, r := range l.rules {
-		k := globalKey
-		if len(r.Key) == 1 {
-			if key == "" {
-				continue
-			}
-			k = key
+		switch {
+		case len(r.Key) == 0:
+			c.add(r, globalKey)
+		case key != "":
+			c.add(r, key)
 		}
-		c.b.Ops = append(c.b.Ops, store.Op{})
-		op := &c.b.Ops[len(c.b.Ops)-1]
-		op.Scope, op.Key, op.Params, op.Shadow = r.scope, k, r.params, r.shadow
-		c.rules = append(c.rules, r)
 	}
 	return l.run(ctx, c, nil, nil)
 }
@@ -476,21 +471,27 @@ func (l *Limiter) build(ctx context.Context, c *call, attrs Attributes) error {
 		if key == "" {
 			continue
 		}
-		// The op is filled in place: building it aside and appending
-		// would copy its 150 bytes once more.
-		c.b.Ops = append(c.b.Ops, store.Op{})
-		op := &c.b.Ops[len(c.b.Ops)-1]
-		op.Scope, op.Key, op.Params, op.Shadow = r.scope, key, r.params, r.shadow
+		op := c.add(r, key)
 		if r.Overrides != nil || r.LimitFunc != nil {
 			var err error
 			if op.Params, err = r.paramsFor(ctx, attrs); err != nil {
-				c.b.Ops = c.b.Ops[:len(c.b.Ops)-1]
+				c.b.Ops, c.rules = c.b.Ops[:len(c.b.Ops)-1], c.rules[:len(c.rules)-1]
 				return err
 			}
 		}
-		c.rules = append(c.rules, r)
 	}
 	return nil
+}
+
+// add appends the op of rule r for key, with the rule's parameters, and
+// returns it. The op is filled in place: building it aside and appending
+// would copy its 150 bytes once more.
+func (c *call) add(r *compiledRule, key string) *store.Op {
+	c.b.Ops = append(c.b.Ops, store.Op{})
+	op := &c.b.Ops[len(c.b.Ops)-1]
+	op.Scope, op.Key, op.Params, op.Shadow = r.scope, key, r.params, r.shadow
+	c.rules = append(c.rules, r)
+	return op
 }
 
 // apply runs b against the store, with the deadline and the breaker for
@@ -538,18 +539,6 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 // verdict reads the decision off the store's answers to c.
 func verdict(c *call) Decision {
 	ops := c.b.Ops
-	if len(ops) == 1 && !ops[0].Shadow { // the common case, without the search
-		r := &ops[0].Result
-		d := Decision{Allowed: r.Allowed, Rule: c.rules[0].Name, Limit: ops[0].Params.Limit,
-			Remaining: r.Remaining, ResetAfter: r.ResetAfter}
-		if !r.Allowed {
-			d.Reason, d.Never = ReasonLimit, r.Never
-			if !r.Never {
-				d.RetryAfter = r.RetryAfter
-			}
-		}
-		return d
-	}
 	var d Decision
 	d.Allowed = true
 	for i := range ops {
