@@ -198,12 +198,7 @@ func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 		idx = make([]int32, 0, len(b.Ops))
 	}
 	for i := range b.Ops {
-		var h uint64
-		if i > 0 && b.Ops[i].Key == b.Ops[i-1].Key {
-			h = hashes[i-1] // rules keyed on the same attribute: hash it once
-		} else {
-			h = maphash.String(s.seed, b.Ops[i].Key)
-		}
+		h := maphash.String(s.seed, b.Ops[i].Key)
 		si := s.shardOf(h)
 		hashes = append(hashes, h)
 		shardOf = append(shardOf, si)
