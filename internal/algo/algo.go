@@ -28,7 +28,6 @@
 package algo
 
 import (
-	"math/bits"
 	"time"
 
 	"github.com/floodgate-go/floodgate/store"
@@ -345,9 +344,7 @@ func normBucket(p *Params, s *State, now int64) {
 	}
 	s.B = min(s.B, win(p)-1) // the window may have shrunk
 	need := (p.Burst-s.A)*win(p) - s.B
-	// Full once el*Limit >= need, compared without a division (and
-	// without overflow: the product is formed in 128 bits).
-	if hi, lo := bits.Mul64(uint64(el), uint64(p.Limit)); need <= 0 || hi != 0 || lo >= uint64(need) {
+	if el >= ceilDiv(need, p.Limit) {
 		s.A, s.B = p.Burst, 0
 		return
 	}
