@@ -2,6 +2,7 @@ package topkeys_test
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"strconv"
 	"testing"
@@ -62,8 +63,15 @@ func TestFloodOfDistinctKeys(t *testing.T) {
 	}
 	for _, kind := range []topkeys.Kind{topkeys.Denials, topkeys.Decisions} {
 		r := top(t, tops, "per-ip", kind, 15*time.Minute, 10)
-		if want := int64(n) + 1; kind == topkeys.Denials && r.Total != want || r.Total < want*98/100 || r.Total > want*102/100 { // and the warm-up
-			t.Errorf("%s: total %d, want %d (decisions: within 2%%, sampled)", kind, r.Total, want)
+		// Denials are all counted. Decisions are sampled 1 in k and scaled by
+		// k, so the total is off by sqrt(n(k-1)) at one standard deviation:
+		// 0.84% for the race detector's 100,000. Six of them fail once in
+		// 500 million runs.
+		want := int64(n) + 1 // and the warm-up
+		k := float64(topkeys.DefaultDecisionSample)
+		slack := int64(6 * math.Sqrt(float64(want)*(k-1)))
+		if kind == topkeys.Denials && r.Total != want || r.Total < want-slack || r.Total > want+slack {
+			t.Errorf("%s: total %d, want %d (decisions: ± %d, sampled)", kind, r.Total, want, slack)
 		}
 		found := false
 		for rank, e := range r.Entries {
