@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,14 @@ type Options struct {
 	// and record), for metrics and audit. Refunds and resets are not
 	// decisions and are not observed.
 	Observer Observer
+	// ObserveSample, above 1, tells the Observer of a random 1 in
+	// ObserveSample of the admitted decisions, and of every other one
+	// (denied, shadow-denied or failed); each Event's Weight is how many
+	// decisions it stands for. An Event costs an allocation (its per-rule
+	// results are the observer's to keep), which sampling spares most
+	// admitted decisions, the common case. 0 or 1 tells the Observer of
+	// every decision.
+	ObserveSample int
 	// Logger receives failure-policy decisions (at most one line a second
 	// per limiter) and refunds that could not be applied; nil means
 	// slog.Default().
@@ -95,6 +104,9 @@ type Event struct {
 	// Time is when the decision was made, by the limiter's clock.
 	Time    time.Time
 	Outcome Outcome
+	// Weight is how many decisions the Event stands for: ObserveSample
+	// for an admitted decision drawn into the sample, else 1.
+	Weight int64
 }
 
 // Limiter applies a set of rules to requests. It is safe for concurrent use.
@@ -119,6 +131,7 @@ type Limiter struct {
 	remote   bool
 	breaker  *breaker
 	observer Observer
+	sample   uint32 // ObserveSample; 0 or 1: every decision
 	logger   *slog.Logger
 	opts     Options // as given to New, for views made with Only
 
@@ -162,6 +175,9 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	if opts.Timeout < 0 {
 		return nil, limiterError(name, "timeout", "must not be negative")
 	}
+	if opts.ObserveSample < 0 || opts.ObserveSample > maxObserveSample {
+		return nil, limiterError(name, "observe_sample", "must be between 0 and "+strconv.Itoa(maxObserveSample))
+	}
 	l := &Limiter{
 		name:     name,
 		store:    st,
@@ -173,6 +189,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		breaker:  newBreaker(opts.Breaker),
 		fallback: opts.Fallback,
 		observer: opts.Observer,
+		sample:   uint32(opts.ObserveSample),
 		logger:   opts.Logger,
 		opts:     *opts,
 	}
@@ -425,7 +442,8 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 // run applies c, the batch of the rules that apply to a request (or the
 // error that stopped building it), to the store (or, when the store cannot
 // answer, to the fallback or the failure policy) and reads the decision off
-// the results. The per-rule results are built only for o or an observer.
+// the results. The per-rule results are built only for o or an observed
+// decision.
 func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decision {
 	b := &c.b
 	var d Decision
@@ -448,20 +466,39 @@ func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decis
 			d = verdict(c)
 		}
 	}
-	if o == nil && l.observer == nil {
+	w := l.weight(&d)
+	if o == nil && w == 0 {
 		l.calls.Put(c)
 		return d
 	}
 	full := Outcome{Decision: d, Rules: ruleDecisions(c, d, err == nil), limiter: l.name, id: b.Ticket, cost: b.Cost}
-	e := Event{Limiter: l.name, Mode: b.Mode, Cost: b.Cost, Time: b.Now, Outcome: full}
+	e := Event{Limiter: l.name, Mode: b.Mode, Cost: b.Cost, Time: b.Now, Outcome: full, Weight: w}
 	l.calls.Put(c)
 	if o != nil {
 		*o = full
 	}
-	if l.observer != nil {
+	if w > 0 {
 		l.observer(ctx, e)
 	}
 	return d
+}
+
+// maxObserveSample is the largest Options.ObserveSample.
+const maxObserveSample = 1 << 20
+
+// weight is how many decisions d stands for when the observer is told of
+// it (see Options.ObserveSample), or 0 when it is not: there is no
+// observer, or d is an admitted decision left out of the sample.
+func (l *Limiter) weight(d *Decision) int64 {
+	switch {
+	case l.observer == nil:
+		return 0
+	case l.sample <= 1 || !d.Allowed || d.ShadowDenied || d.Err != nil:
+		return 1
+	case rand.Uint32N(l.sample) == 0:
+		return int64(l.sample)
+	}
+	return 0
 }
 
 // build adds an op to c for every rule that applies to attrs.

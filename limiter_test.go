@@ -2,7 +2,9 @@ package floodgate_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -424,6 +426,64 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 		}
 		if r := returned[i]; seen[i].Remaining != r.Remaining || seen[i].RetryAfter != r.RetryAfter || seen[i].Rule != r.Rule {
 			t.Errorf("event %d decision %+v differs from the one returned %+v", i, seen[i], r)
+		}
+		if e.Weight != 1 {
+			t.Errorf("event %d: weight %d, want 1 (no sampling)", i, e.Weight)
+		}
+	}
+}
+
+// TestObserveSample: with ObserveSample 4 the observer is told of every
+// denied and shadow-denied decision (weight 1) and of a random quarter of
+// the others (weight 4), whose weights add up to their number within six
+// standard deviations. Decide's Outcome is whole whether or not the
+// observer is told.
+func TestObserveSample(t *testing.T) {
+	var clean, shadowDenied, denied, weight int64
+	l, _ := memLimiter(t, []floodgate.Rule{
+		{Name: "enforced", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour, Key: []string{"user"}},
+		{Name: "dark", Algorithm: floodgate.FixedWindow, Limit: 500, Window: time.Hour, Key: []string{"user"}, Shadow: true},
+	}, &floodgate.Options{
+		ObserveSample: 4,
+		Observer: func(_ context.Context, e floodgate.Event) {
+			d := e.Outcome.Decision
+			switch {
+			case !d.Allowed:
+				denied++
+			case d.ShadowDenied:
+				shadowDenied++
+			default:
+				clean++
+				weight += e.Weight
+				return
+			}
+			if e.Weight != 1 {
+				t.Errorf("%+v: weight %d, want 1", d, e.Weight)
+			}
+		},
+	})
+	ctx := context.Background()
+	for range 1999 {
+		l.AllowKey(ctx, "a")
+	}
+	o, err := l.Decide(ctx, floodgate.ModeConsume, user("b"), 1)
+	if err != nil || len(o.Rules) != 2 || !o.Allowed {
+		t.Errorf("Decide: %+v, %v: want an admission with both rules' results", o, err)
+	}
+	// a: 500 admitted, 500 admitted but over the shadow rule, 999 denied;
+	// b: 1 admitted.
+	if denied != 999 || shadowDenied != 500 {
+		t.Errorf("told of %d denied and %d shadow-denied decisions, want 999 and 500", denied, shadowDenied)
+	}
+	if slack := int64(6 * math.Sqrt(501*3)); weight < 501-slack || weight > 501+slack || clean*4 != weight {
+		t.Errorf("told of %d admitted decisions of weight %d in all, want 4 each and 501 ± %d in all", clean, weight, slack)
+	}
+	st := memory.New(nil)
+	defer st.Close()
+	for _, n := range []int{-1, 1<<20 + 1} {
+		_, err := floodgate.New("bad", st, []floodgate.Rule{okRule()}, &floodgate.Options{ObserveSample: n})
+		if ce := (*floodgate.ConfigError)(nil); !errors.As(err, &ce) || !strings.Contains(err.Error(), "observe_sample") {
+			t.Errorf("ObserveSample %d: %v, want a ConfigError naming observe_sample", n, err)
 		}
 	}
 }

@@ -19,10 +19,12 @@ type live struct {
 }
 
 // newLive returns the service's live state. Its top keys count every
-// decision: sampling them (topkeys.Options.DecisionSample) saves tens of
-// nanoseconds on a request that costs microseconds.
+// decision: the service's limiters tell their observer of each (no
+// floodgate.Options.ObserveSample), as the metrics count each, and
+// sampling would save tens of nanoseconds on a request that costs
+// microseconds.
 func newLive(clock floodgate.Clock) *live {
-	return &live{tops: topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: 1})}
+	return &live{tops: topkeys.New(&topkeys.Options{Clock: clock})}
 }
 
 // retain forgets the top keys of limiters and rules that set no longer

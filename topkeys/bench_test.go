@@ -1,11 +1,12 @@
 package topkeys_test
 
 // BenchmarkOverhead measures what a Tracker adds to a one-rule memory
-// decision: the same limiter setup as store/memory's rules=1/keys=10k
-// (a token bucket per user, 10k existing keys drawn uniformly, every
-// decision admitted), without an observer, with an observer that does
-// nothing (the cost of observing at all), with a Tracker as it comes
-// (decisions sampled 1 in 8) and with one that counts every decision.
+// decision: a token bucket per user, called as lim.AllowKey(ctx, "user:N"),
+// 10k existing keys drawn uniformly, every decision admitted. It runs
+// without an observer, with an observer that does nothing told of every
+// decision (the cost of an Event), with a Tracker on a limiter that
+// samples admitted decisions 1 in 8 for it (Options.ObserveSample, as the
+// package documentation advises), and with one told of every decision.
 // A round runs them one after the other; run rounds by running the test
 // binary repeatedly (go test -count repeats each sub-benchmark in a row):
 //
@@ -38,20 +39,19 @@ func BenchmarkOverheadDenied(b *testing.B) {
 }
 
 func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
-	attrs := make([]floodgate.Attributes, 10_000)
-	for i := range attrs {
-		attrs[i] = floodgate.Attributes{"user": "user-" + strconv.Itoa(i)}
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
 	}
 	for _, bc := range []struct {
 		name     string
 		observer func() floodgate.Observer
+		sample   int
 	}{
-		{"observer=none", func() floodgate.Observer { return nil }},
-		{"observer=noop", func() floodgate.Observer { return func(context.Context, floodgate.Event) {} }},
-		{"observer=topkeys", func() floodgate.Observer { return topkeys.New(nil).Observe }},
-		{"observer=topkeys-unsampled", func() floodgate.Observer {
-			return topkeys.New(&topkeys.Options{DecisionSample: 1}).Observe
-		}},
+		{"observer=none", func() floodgate.Observer { return nil }, 0},
+		{"observer=noop", func() floodgate.Observer { return func(context.Context, floodgate.Event) {} }, 0},
+		{"observer=topkeys", func() floodgate.Observer { return topkeys.New(nil).Observe }, 8},
+		{"observer=topkeys-unsampled", func() floodgate.Observer { return topkeys.New(nil).Observe }, 0},
 	} {
 		for _, parallel := range []bool{false, true} {
 			name := bc.name + "/serial"
@@ -59,15 +59,15 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 				name = bc.name + "/parallel"
 			}
 			b.Run(name, func(b *testing.B) {
-				st := memory.New(&memory.Options{MaxKeys: 4 * len(attrs), SweepInterval: -1})
+				st := memory.New(&memory.Options{MaxKeys: 4 * len(keys), SweepInterval: -1})
 				defer st.Close()
-				l, err := floodgate.New("bench", st, []floodgate.Rule{rule}, &floodgate.Options{Observer: bc.observer()})
+				l, err := floodgate.New("bench", st, []floodgate.Rule{rule}, &floodgate.Options{Observer: bc.observer(), ObserveSample: bc.sample})
 				if err != nil {
 					b.Fatal(err)
 				}
 				ctx := context.Background()
-				for _, a := range attrs {
-					l.Allow(ctx, a)
+				for _, k := range keys {
+					l.AllowKey(ctx, k)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -75,7 +75,7 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 				if !parallel {
 					r := benchtool.NewRand()
 					for b.Loop() {
-						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); d.Allowed != admit {
+						if d := l.AllowKey(ctx, keys[r.Intn(len(keys))]); d.Allowed != admit {
 							b.Fatalf("allowed %v, want %v", d.Allowed, admit)
 						}
 					}
@@ -84,7 +84,7 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 				b.RunParallel(func(pb *testing.PB) {
 					r := benchtool.NewRand()
 					for pb.Next() {
-						if d := l.Allow(ctx, attrs[r.Intn(len(attrs))]); d.Allowed != admit {
+						if d := l.AllowKey(ctx, keys[r.Intn(len(keys))]); d.Allowed != admit {
 							b.Errorf("allowed %v, want %v", d.Allowed, admit)
 							return
 						}

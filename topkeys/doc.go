@@ -5,10 +5,13 @@
 //
 // A Tracker is a floodgate Observer: plug its Observe method into
 // floodgate.Options.Observer (or call it from your own observer) and ask
-// Top for the heaviest keys of a rule over a span of up to MaxSpan.
+// Top for the heaviest keys of a rule over a span of up to MaxSpan. Let the
+// limiter sample admitted decisions for it (floodgate.Options.ObserveSample):
+// the per-rule detail of an Event costs an allocation, which 1 in 8 spares
+// most admitted decisions, while every denial is still counted.
 //
 //	tops := topkeys.New(nil)
-//	l, _ := floodgate.New("api", store, rules, &floodgate.Options{Observer: tops.Observe})
+//	l, _ := floodgate.New("api", store, rules, &floodgate.Options{Observer: tops.Observe, ObserveSample: 8})
 //	...
 //	r, _ := tops.Top("api", "per-user", topkeys.Denials, 5*time.Minute, 10)
 //
@@ -16,10 +19,9 @@
 // lies between Count−Error and Count. Error is 0 while a rule sees no more
 // distinct keys in a minute than the Tracker's capacity; it grows only under
 // a flood of distinct keys, and a key whose share of the events stands out
-// keeps a small error even then (see Tracker for the bound). Decisions are
-// sampled, 1 in 8 by default, so that observing an admitted decision costs
-// next to nothing; their counts are scaled back and their Error covers the
-// sampling too (see Entry).
+// keeps a small error even then (see Tracker for the bound). An Event
+// counts as its Weight (how many decisions a sampled Event stands for), and
+// the Error of a sampled count covers the sampling too (see Entry).
 //
 // Memory is fixed by Options.Capacity, whatever the number of distinct
 // keys; a Tracker is safe for concurrent use.

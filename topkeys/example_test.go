@@ -10,22 +10,23 @@ import (
 	"github.com/floodgate-go/floodgate/topkeys"
 )
 
-// A Tracker plugged into a limiter as its Observer tells who is denied.
+// A Tracker plugged into a limiter as its Observer tells who is denied. The
+// limiter tells it of every denial and of 1 in 8 admitted decisions.
 func Example() {
 	tops := topkeys.New(nil)
 	store := memory.New(nil)
 	defer store.Close()
 	limiter, err := floodgate.New("api", store, []floodgate.Rule{
 		{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute},
-	}, &floodgate.Options{Observer: tops.Observe})
+	}, &floodgate.Options{Observer: tops.Observe, ObserveSample: 8})
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	for range 12 {
-		limiter.Allow(ctx, floodgate.Attributes{"user": "mallory"})
+		limiter.AllowKey(ctx, "mallory")
 	}
-	limiter.Allow(ctx, floodgate.Attributes{"user": "alice"})
+	limiter.AllowKey(ctx, "alice")
 
 	r, err := tops.Top("api", "per-user", topkeys.Denials, 5*time.Minute, 10)
 	if err != nil {

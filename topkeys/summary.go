@@ -24,7 +24,8 @@ type summary struct {
 	slots  []slot
 	heap   []int32  // slot indexes, a min-heap by count
 	filter []uint32 // counts of untracked keys, by hash
-	total  int64    // events counted
+	total  int64    // events counted, by weight
+	weight int64    // the largest weight counted
 }
 
 // slot is one tracked key.
@@ -121,21 +122,23 @@ func (s *summary) reset() {
 	s.slots = s.slots[:0]
 	s.heap = s.heap[:0]
 	clear(s.filter)
-	s.total = 0
+	s.total, s.weight = 0, 0
 }
 
-// add counts one event of key, whose hash is h.
-func (s *summary) add(key string, h uint64) {
-	s.total++
+// add counts w events of key, whose hash is h (w above 1 where one event
+// stands for several, sampled).
+func (s *summary) add(key string, h uint64, w int64) {
+	s.total += w
+	s.weight = max(s.weight, w)
 	if i := s.find(key, h); i >= 0 {
-		s.slots[i].count++
+		s.slots[i].count += w
 		s.down(int(s.slots[i].pos))
 		return
 	}
 	cell := &s.filter[h&uint64(len(s.filter)-1)]
 	if len(s.slots) < cap(s.slots) {
 		i := int32(len(s.slots))
-		s.slots = append(s.slots, slot{key: strings.Clone(key), hash: h, count: int64(*cell) + 1, err: int64(*cell), pos: int32(len(s.heap))})
+		s.slots = append(s.slots, slot{key: strings.Clone(key), hash: h, count: int64(*cell) + w, err: int64(*cell), pos: int32(len(s.heap))})
 		s.insert(h, i)
 		s.heap = append(s.heap, i)
 		s.up(len(s.heap) - 1)
@@ -143,17 +146,15 @@ func (s *summary) add(key string, h uint64) {
 	}
 	i := s.heap[0]
 	low := &s.slots[i]
-	if int64(*cell)+1 <= 2*low.count {
-		if *cell < ^uint32(0) {
-			*cell++
-		}
+	if int64(*cell)+w <= 2*low.count {
+		*cell = uint32(min(int64(*cell)+w, int64(^uint32(0))))
 		return
 	}
 	// key takes the place of the tracked key with the smallest count.
 	old := &s.filter[low.hash&uint64(len(s.filter)-1)]
 	*old = uint32(max(int64(*old), min(low.count, int64(^uint32(0)))))
 	s.remove(low.hash, i)
-	*low = slot{key: strings.Clone(key), hash: h, count: int64(*cell) + 1, err: int64(*cell), pos: 0}
+	*low = slot{key: strings.Clone(key), hash: h, count: int64(*cell) + w, err: int64(*cell), pos: 0}
 	s.insert(h, i)
 	s.down(0)
 }

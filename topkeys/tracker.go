@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"math"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"sync"
@@ -20,9 +19,6 @@ const (
 	// DefaultCapacity is how many keys a Tracker tracks by default per
 	// limiter, rule, kind and minute.
 	DefaultCapacity = 512
-	// DefaultDecisionSample is how many decisions one sampled decision
-	// stands for by default (see Options.DecisionSample).
-	DefaultDecisionSample = 8
 	// MaxSpan is the longest span Top reports over.
 	MaxSpan = 15 * time.Minute
 	// MaxKeyLen is the longest key kept as it is; a longer key is kept as
@@ -60,13 +56,6 @@ type Options struct {
 	// Tracker), and counts are exact while a rule sees at most Capacity
 	// distinct keys in a minute.
 	Capacity int
-	// DecisionSample makes the Decisions summaries count a random 1 in
-	// DecisionSample decisions, scaled back up when reported; 0 means
-	// DefaultDecisionSample, 1 counts every decision. Denials are always
-	// all counted. Sampling keeps the cost of an admitted decision, the
-	// common case, to a few nanoseconds (docs/benchmarks.md); the keys
-	// that send the most stand out of a sample all the same.
-	DecisionSample int
 	// Clock is the time of Add and of the reports; nil means the wall
 	// clock. Observe places a decision at the Event's Time, read by the
 	// limiter already.
@@ -91,7 +80,6 @@ type Options struct {
 // events and keeps an error near 0.
 type Tracker struct {
 	capacity int
-	sample   uint32 // DecisionSample
 	clock    floodgate.Clock
 	seed     maphash.Seed
 
@@ -116,13 +104,10 @@ type minute struct {
 
 // New returns a Tracker. opts may be nil.
 func New(opts *Options) *Tracker {
-	t := &Tracker{capacity: DefaultCapacity, sample: DefaultDecisionSample, seed: maphash.MakeSeed()}
+	t := &Tracker{capacity: DefaultCapacity, seed: maphash.MakeSeed()}
 	if opts != nil {
 		if opts.Capacity > 0 {
 			t.capacity = opts.Capacity
-		}
-		if opts.DecisionSample > 0 {
-			t.sample = uint32(min(opts.DecisionSample, 1<<20))
 		}
 		t.clock = opts.Clock
 	}
@@ -141,18 +126,15 @@ func (t *Tracker) now() time.Time {
 func minuteOf(now time.Time) int64 { return now.Unix() / 60 }
 
 // Observe counts one decision: it is a floodgate.Observer. Consume and peek
-// decisions count, records do not. Every rule of the decision counts a
-// decision for its key (if the decision is sampled, see
-// Options.DecisionSample), and a denial when it denied.
+// decisions count, records do not. Every rule of the decision counts
+// e.Weight decisions for its key (a limiter's ObserveSample, see
+// floodgate.Options, makes one Event stand for several), and as many
+// denials when it denied.
 func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
 		return
 	}
 	o := &e.Outcome
-	sampled := t.sampled()
-	if !sampled && (o.Allowed && !o.ShadowDenied || o.Reason == floodgate.ReasonStore) {
-		return // no rule denied, and the decision is not in the sample
-	}
 	rs := o.Rules
 	if len(rs) == 0 {
 		return
@@ -162,27 +144,19 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 		at = t.now()
 	}
 	minute := minuteOf(at)
+	w := max(e.Weight, 1) // an Event a caller made may leave it 0
 	failed := o.Reason == floodgate.ReasonStore
 	for i := range rs {
 		r := &rs[i]
-		if denied := !failed && !r.Allowed; denied || sampled {
-			t.rule(e.Limiter, r.Name).add(t, minute, r.Key, sampled, denied)
-		}
+		t.rule(e.Limiter, r.Name).add(t, minute, r.Key, w, !failed && !r.Allowed)
 	}
 }
 
-// Add counts one decision of limiter's rule for key (if sampled), and a
-// denial when denied, at the clock's time. It is Observe for one rule, for
-// callers that see decisions some other way.
+// Add counts one decision of limiter's rule for key, and a denial when
+// denied, at the clock's time. It is Observe for one rule, for callers that
+// see decisions some other way.
 func (t *Tracker) Add(limiter, rule, key string, denied bool) {
-	if sampled := t.sampled(); sampled || denied {
-		t.rule(limiter, rule).add(t, minuteOf(t.now()), key, sampled, denied)
-	}
-}
-
-// sampled draws whether a decision is in the Decisions sample.
-func (t *Tracker) sampled() bool {
-	return t.sample <= 1 || rand.Uint32N(t.sample) == 0
+	t.rule(limiter, rule).add(t, minuteOf(t.now()), key, 1, denied)
 }
 
 // rule returns the entry of limiter's rule, making it on first use. A
@@ -249,9 +223,8 @@ func (t *Tracker) keyOf(key string) (string, uint64) {
 	return key, h
 }
 
-// add counts a decision (when decision) and a denial (when denied) of key
-// in minute at.
-func (rt *ruleTops) add(t *Tracker, at int64, key string, decision, denied bool) {
+// add counts w decisions of key in minute at, and w denials when denied.
+func (rt *ruleTops) add(t *Tracker, at int64, key string, w int64, denied bool) {
 	key, h := t.keyOf(key)
 	at = max(at, 0) // a clock before 1970 counts into the first minute
 	rt.mu.Lock()
@@ -271,14 +244,12 @@ func (rt *ruleTops) add(t *Tracker, at int64, key string, decision, denied bool)
 			m.denials.reset()
 		}
 	}
-	if decision {
-		m.decisions.add(key, h)
-	}
+	m.decisions.add(key, h, w)
 	if denied {
 		if m.denials == nil {
 			m.denials = newSummary(t.capacity)
 		}
-		m.denials.add(key, h)
+		m.denials.add(key, h, w)
 	}
 	rt.mu.Unlock()
 }
@@ -286,25 +257,15 @@ func (rt *ruleTops) add(t *Tracker, at int64, key string, decision, denied bool)
 // Entry is one key of a Report. Its true count over the report's span lies
 // between Count−Error and Count.
 //
-// For Decisions sampled 1 in S (Options.DecisionSample above 1), Count is
-// the sample's count times S, and Error adds to the summary's error (times
-// S) four standard deviations of the sampling, 4·√((Count+S)·(S−1)): the
-// true count lies within Count ± Error, but for about one entry in 15,000.
+// Where Events stood for S decisions each (a limiter sampling 1 in S, see
+// floodgate.Options.ObserveSample), Count is the sample's count scaled by
+// S, and Error adds to the summaries' error four standard deviations of the
+// sampling, 4·√((Count+S)·(S−1)): the true count lies within Count ± Error,
+// but for about one entry in 15,000.
 type Entry struct {
 	Key   string
 	Count int64
 	Error int64
-}
-
-// scaled returns e, a count of kind, scaled up by the sample.
-func (t *Tracker) scaled(kind Kind, e Entry) Entry {
-	if kind != Decisions || t.sample <= 1 {
-		return e
-	}
-	s := int64(t.sample)
-	e.Count *= s
-	e.Error = e.Error*s + int64(math.Ceil(4*math.Sqrt(float64((e.Count+s)*(s-1)))))
-	return e
 }
 
 // Report is the heaviest keys of a rule over a span.
@@ -355,7 +316,7 @@ func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span tim
 				continue
 			}
 			seen[sl.key] = true
-			r.Entries = append(r.Entries, t.scaled(kind, estimate(sums, sl.key, sl.hash)))
+			r.Entries = append(r.Entries, estimate(sums, sl.key, sl.hash))
 		}
 	}
 	sort.Slice(r.Entries, func(i, j int) bool {
@@ -370,9 +331,6 @@ func (t *Tracker) TopAt(now time.Time, limiter, rule string, kind Kind, span tim
 	})
 	if len(r.Entries) > n {
 		r.Entries = r.Entries[:n:n]
-	}
-	if kind == Decisions {
-		r.Total *= int64(t.sample)
 	}
 	return r, nil
 }
@@ -397,7 +355,7 @@ func (t *Tracker) CountAt(now time.Time, limiter, rule string, kind Kind, span t
 	}
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return t.scaled(kind, estimate(rt.summaries(first, last, kind), key, h)), nil
+	return estimate(rt.summaries(first, last, kind), key, h), nil
 }
 
 // minutes checks span and returns the first and last minute it covers as
@@ -430,13 +388,19 @@ func (rt *ruleTops) summaries(first, last int64, kind Kind) []*summary {
 	return sums
 }
 
-// estimate sums key's bounds over sums.
+// estimate sums key's bounds over sums, and adds to the error that of the
+// sampling (see Entry), by the largest weight the summaries counted.
 func estimate(sums []*summary, key string, h uint64) Entry {
 	e := Entry{Key: key}
+	w := int64(1)
 	for _, s := range sums {
 		lo, hi := s.bounds(key, h)
 		e.Count += hi
 		e.Error += hi - lo
+		w = max(w, s.weight)
+	}
+	if w > 1 {
+		e.Error += int64(math.Ceil(4 * math.Sqrt(float64((e.Count+w)*(w-1)))))
 	}
 	return e
 }

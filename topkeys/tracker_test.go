@@ -26,10 +26,10 @@ func observed(t testing.TB, clock floodgate.Clock, rules ...floodgate.Rule) (*fl
 
 func observedSampled(t testing.TB, clock floodgate.Clock, sample int, rules ...floodgate.Rule) (*floodgate.Limiter, *topkeys.Tracker) {
 	t.Helper()
-	tops := topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: sample})
+	tops := topkeys.New(&topkeys.Options{Clock: clock})
 	st := memory.New(&memory.Options{MaxKeys: 10_000, SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
-	l, err := floodgate.New("api", st, rules, &floodgate.Options{Clock: clock, Observer: tops.Observe})
+	l, err := floodgate.New("api", st, rules, &floodgate.Options{Clock: clock, Observer: tops.Observe, ObserveSample: sample})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestShadowRuleDenialsAndStoreFailures(t *testing.T) {
 	}
 
 	// A failing store's fail-closed denials are not a rule's denials.
-	tops = topkeys.New(&topkeys.Options{Clock: clock, DecisionSample: 1})
+	tops = topkeys.New(&topkeys.Options{Clock: clock})
 	l, err := floodgate.New("api", failing{}, []floodgate.Rule{{Name: "r", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second}},
 		&floodgate.Options{Clock: clock, Observer: tops.Observe, FailurePolicy: floodgate.FailClosed})
 	if err != nil {
@@ -182,7 +182,7 @@ func TestLongKeysAreBounded(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Capacity: 16, DecisionSample: 1})
+	tops := topkeys.New(&topkeys.Options{Capacity: 16})
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -210,7 +210,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestCountOfAnyKey(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start), DecisionSample: 1})
+	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
 	for range 3 {
 		tops.Add("api", "r", "a", false)
 	}
@@ -239,17 +239,24 @@ func TestEpochClock(t *testing.T) {
 	}
 }
 
-// TestSampledDecisions: with decisions sampled 1 in 8, the key that sends
-// half the decisions leads with a count within its stated error, and
-// denials are still all counted.
+// TestSampledDecisions: on a limiter that tells the Tracker of 1 in 8
+// admitted decisions, the key that sends half the decisions leads with a
+// count within its stated error, the total is within six standard
+// deviations of the sampling, and denials are all counted.
 func TestSampledDecisions(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start), DecisionSample: 8})
+	clock := floodgate.NewManualClock(start)
+	// heavy sends 10,000 and is denied its last 2,000; k0..k999 send 10
+	// each, all admitted.
+	l, tops := observedSampled(t, clock, 8, floodgate.Rule{Name: "r", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 8000, Window: time.Hour})
+	ctx := context.Background()
 	for i := range 20_000 {
 		key := "heavy"
 		if i%2 == 1 {
 			key = fmt.Sprint("k", i%1000)
 		}
-		tops.Add("api", "r", key, key == "heavy" && i%10 == 0)
+		if d := l.AllowKey(ctx, key); d.Allowed != (key != "heavy" || i < 16_000) {
+			t.Fatalf("decision %d for %s: %+v", i, key, d)
+		}
 	}
 	r := top(t, tops, "r", topkeys.Decisions, time.Minute, 3)
 	if len(r.Entries) == 0 || r.Entries[0].Key != "heavy" {
@@ -258,8 +265,10 @@ func TestSampledDecisions(t *testing.T) {
 	if e := r.Entries[0]; e.Count-e.Error > 10_000 || e.Count+e.Error < 10_000 || e.Error > 2_000 {
 		t.Errorf("heavy: %d ± %d, want 10000 within a small error", e.Count, e.Error)
 	}
-	if r.Total < 18_000 || r.Total > 22_000 {
-		t.Errorf("total decisions %d, want about 20000", r.Total)
+	// 18,000 admitted decisions sampled 1 in 8: one standard deviation
+	// is √(18000·7) ≈ 355.
+	if r.Total < 20_000-6*355 || r.Total > 20_000+6*355 {
+		t.Errorf("total decisions %d, want 20000 ± %d", r.Total, 6*355)
 	}
 	d := top(t, tops, "r", topkeys.Denials, time.Minute, 3)
 	if fmt.Sprint(d.Entries) != "[{heavy 2000 0}]" || d.Total != 2000 {
