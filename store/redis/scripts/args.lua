@@ -10,7 +10,7 @@ local rules = {}
 local function rule(text)
   local r = rules[text]
   if r then return r end
-  local name, rest = string.match(text, '^(%S+)(.*)$')
+  local name, rest = match(text, '^(%S+)(.*)$')
   r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
   if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
   for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
@@ -41,7 +41,7 @@ end
 local batch, pool = {ops = {}}, {}
 local function parse(i, k)
   local b = batch
-  b.mode, b.now, b.cost, b.ticket = ARGV[i], tonumber(ARGV[i + 1]), math.min(tonumber(ARGV[i + 2]), MAX), ARGV[i + 3]
+  b.mode, b.now, b.cost, b.ticket = ARGV[i], tonumber(ARGV[i + 1]), min(tonumber(ARGV[i + 2]), MAX), ARGV[i + 3]
   b.keep, b.spent = 0, nil
   local refund = b.mode == 'refund' or b.mode == 'compensate'
   local n = tonumber(ARGV[i + 4])
@@ -57,7 +57,7 @@ local function parse(i, k)
     i, k = i + 1, k + 1
     if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
     if refund then op.stamp, i = tonumber(ARGV[i]), i + 1 end
-    b.keep = math.max(b.keep, r.lifetime)
+    b.keep = max(b.keep, r.lifetime)
   end
   for j = n + 1, #b.ops do b.ops[j] = nil end
   if b.mode == 'refund' then b.spent, k = KEYS[k], k + 1 end

@@ -4,7 +4,7 @@
 -- remainder in 1/limit µs, and the limit the remainder was counted under.
 -- Both expire when the bucket is full again.
 
-local bucket = texted({}, {'tokens', 'a'}, {'frac', 'b'}, {'ts', 'c'})
+local bucket = texted({}, 'tokens=%d frac=%d ts=%d', '^tokens=(%-?%d+) frac=(%-?%d+) ts=(%-?%d+)$', 'a', 'b', 'c')
 ALG.token_bucket = bucket
 
 function bucket.normalize(op)
@@ -20,7 +20,7 @@ function bucket.normalize(op)
       op.a, op.b = burst, 0
       return true
     end
-    op.b = math.min(op.b, w - 1) -- the window may have shrunk
+    op.b = min(op.b, w - 1) -- the window may have shrunk
     if el >= ceildiv((burst - op.a) * w - op.b, op.limit) then
       op.a, op.b = burst, 0
       return true
@@ -34,7 +34,7 @@ end
 
 -- lag is how far the clock stepped back behind the last refill: refilling
 -- resumes only once now passes it again.
-local function lag(op) return math.max(0, op.c - now) end
+local function lag(op) return max(0, op.c - now) end
 
 function bucket.check(op, n)
   if n > op.burst then return false, true, 0 end
@@ -43,7 +43,7 @@ function bucket.check(op, n)
 end
 
 function bucket.take(op, n)
-  op.a, op.dirty = math.max(op.a - n, op.burst - fdiv(MAX, op.window)), true
+  op.a, op.dirty = max(op.a - n, op.burst - fdiv(MAX, op.window)), true
   return now
 end
 
@@ -52,12 +52,12 @@ function bucket.give(op, n, stamp)
 end
 
 function bucket.status(op)
-  local rem = math.min(math.max(0, op.a), op.burst)
+  local rem = min(max(0, op.a), op.burst)
   if op.a >= op.burst then return rem, 0 end
   return rem, lag(op) + ceildiv((op.burst - op.a) * op.window - op.b, op.limit)
 end
 
-local gcra = texted({}, {'tat', 'a'}, {'frac', 'b'}, {'limit', 'c'})
+local gcra = texted({}, 'tat=%d frac=%d limit=%d', '^tat=(%-?%d+) frac=(%-?%d+) limit=(%-?%d+)$', 'a', 'b', 'c')
 ALG.gcra = gcra
 
 -- Under another limit than c, the arrival time is rounded up to a whole µs.
@@ -85,8 +85,8 @@ function gcra.check(op, n)
 end
 
 function gcra.take(op, n)
-  local m = math.min(n, fdiv(MAX, op.window) + op.burst)
-  local d = math.min(debt(op) + m * op.window, MAX + op.burst * op.window)
+  local m = min(n, fdiv(MAX, op.window) + op.burst)
+  local d = min(debt(op) + m * op.window, MAX + op.burst * op.window)
   local q = fdiv(d, op.limit)
   op.a, op.b, op.dirty = now + q, d - q * op.limit, true
   return now
@@ -98,10 +98,10 @@ function gcra.give(op, n, stamp)
   if now - stamp >= op.window or op.a < now then return end
   local c = op.c
   if c <= 0 then c = op.limit end
-  n = math.min(n, fdiv(MAX, op.window))
+  n = min(n, fdiv(MAX, op.window))
   local back = n * op.window
   if op.limit > c then back = fdiv(n * op.window, op.limit) * c end
-  local d = math.max(0, (op.a - now) * c + op.b - back)
+  local d = max(0, (op.a - now) * c + op.b - back)
   local q = fdiv(d, c)
   op.a, op.b, op.dirty = now + q, d - q * c, true
 end

@@ -16,7 +16,7 @@ end
 local function slots(key, ids)
   local out = {}
   for s = 1, #ids, 1000 do
-    local part = redis.call('HMGET', key, unpack(ids, s, math.min(s + 999, #ids)))
+    local part = redis.call('HMGET', key, unpack(ids, s, min(s + 999, #ids)))
     for j = 1, #part do out[#out + 1] = tonumber(part[j]) or 0 end
   end
   return out
@@ -44,7 +44,7 @@ function leases.normalize(op)
   for _, n in ipairs(slots(op.key, ids)) do removed = removed + n end
   redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', now)
   for s = 1, #ids, 1000 do
-    redis.call('HDEL', op.key, unpack(ids, s, math.min(s + 999, #ids)))
+    redis.call('HDEL', op.key, unpack(ids, s, min(s + 999, #ids)))
   end
   unheld(op, removed)
   op.dirty = true
@@ -92,7 +92,7 @@ function leases.status(op)
   local reset = 0
   local last = redis.call('ZRANGE', op.lkey, -1, -1, 'WITHSCORES')
   if #last == 2 then reset = tonumber(last[2]) - now end
-  return math.max(0, op.limit - op.a), reset
+  return max(0, op.limit - op.a), reset
 end
 
 function leases.save(op, exp)

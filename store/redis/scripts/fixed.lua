@@ -1,7 +1,7 @@
 -- fixed_window: "n=7 start=... end=...": the units n counted in the window
 -- [start, end) (µs), expiring with the window.
 
-local fixed = texted({}, {'n', 'b'}, {'start', 'a'}, {'end', 'c'})
+local fixed = texted({}, 'n=%d start=%d end=%d', '^n=(%-?%d+) start=(%-?%d+) end=(%-?%d+)$', 'b', 'a', 'c')
 ALG.fixed_window = fixed
 
 -- window returns the window [s, e) that opens at now, or nil. Calendar
@@ -41,12 +41,12 @@ function fixed.take(op, n)
 end
 
 function fixed.give(op, n, stamp)
-  if stamp == op.a and now < op.c then op.b, op.dirty = math.max(0, op.b - n), true end
+  if stamp == op.a and now < op.c then op.b, op.dirty = max(0, op.b - n), true end
 end
 
 function fixed.status(op)
   if op.b == 0 and op.align == 'first_hit' then return op.limit, 0 end
-  return math.max(0, op.limit - op.b), op.c - now
+  return max(0, op.limit - op.b), op.c - now
 end
 
 -- A window with nothing counted means the same as no key.

@@ -83,14 +83,14 @@ end
 function sliding.give(op, n, stamp)
   if stamp <= op.a and op.a - stamp < op.buckets then
     local i = fmod(stamp, op.buckets)
-    local d = math.min(n, ring(op, i))
+    local d = min(n, ring(op, i))
     setring(op, i, ring(op, i) - d)
     op.b = op.b - d
   end
 end
 
 function sliding.status(op)
-  local rem = math.max(0, op.limit - op.b)
+  local rem = max(0, op.limit - op.b)
   if op.b <= 0 then return rem, 0 end
   for bk = op.a, op.a - op.buckets + 1, -1 do
     if ring(op, fmod(bk, op.buckets)) ~= 0 then return rem, (bk + op.buckets) * width(op) - now end
@@ -112,7 +112,7 @@ function sliding.save(op, exp)
   end
   redis.call('HSET', op.key, unpack(set))
   for s = 1, #del, 1000 do
-    redis.call('HDEL', op.key, unpack(del, s, math.min(s + 999, #del)))
+    redis.call('HDEL', op.key, unpack(del, s, min(s + 999, #del)))
   end
   redis.call('PEXPIRE', op.key, ttl(exp))
 end
