@@ -4,7 +4,8 @@ package bench
 // to the least any exact fixed-window limiter can cost it, in one run
 // against one redis-server (issue #15): a minimal script over one key
 // (floor-1key) and over three keys (floor-3keys), floodgate's Redis store
-// with one and three rules, and go-redis/redis_rate with one limit. Every
+// with one and three rules, and go-redis/redis_rate and ulule/limiter with
+// one limit. Every
 // contender is built once and warmed up on all 10,000 keys; then, for each
 // number of concurrent callers, every contender runs once per round for a
 // fixed time, in an order rotated each round, so that machine load drifting
@@ -46,6 +47,8 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	ulule "github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 )
 
 // floor1Script is the minimal exact fixed window on one key: count the
@@ -201,6 +204,27 @@ func redisRateContender(b *testing.B, srv *redistest.Server) decideFunc {
 	}
 }
 
+// ululeContender is ulule/limiter's Redis store (a fixed window per key,
+// INCRBY and PEXPIRE in a MULTI, its documented use) with one limit.
+func ululeContender(b *testing.B, srv *redistest.Server) decideFunc {
+	st, err := ulredis.NewStoreWithOptions(newGoRedis(b, srv.Addr), ulule.StoreOptions{Prefix: "ul", MaxRetry: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := ulule.New(st, ulule.Rate{Period: time.Minute, Limit: 1 << 40})
+	keys := make([]string, numKeys)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return func(ctx context.Context, i int) error {
+		r, err := l.Get(ctx, keys[i])
+		if err == nil && r.Reached {
+			err = errors.New("denied")
+		}
+		return err
+	}
+}
+
 // floorContenders are the rows of BenchmarkRedisFloor, built on srv.
 func floorContenders(b *testing.B, srv *redistest.Server) []namedDecide {
 	const huge = 1 << 40 // never reached: every request is admitted
@@ -227,6 +251,7 @@ func floorContenders(b *testing.B, srv *redistest.Server) []namedDecide {
 			floodgate.Rule{Algorithm: floodgate.TokenBucket, Limit: 1 << 30, Window: time.Second},
 			floodgate.Rule{Algorithm: floodgate.GCRA, Limit: 1 << 30, Window: time.Second})},
 		namedDecide{"redis_rate", redisRateContender(b, srv)},
+		namedDecide{"ulule", ululeContender(b, srv)},
 	)
 }
 

@@ -9,9 +9,7 @@ package redistest
 
 import (
 	"bufio"
-	"crypto/sha1"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,28 +240,6 @@ func (s *Server) CPU() time.Duration {
 		}
 	}
 	return time.Duration(sum * float64(time.Second))
-}
-
-// EvalshaCeiling measures the server's own ceiling for a script call with
-// redis-benchmark: n EVALSHA calls of the trivial script "return 1", 128
-// connections, 16 commands pipelined on each. It returns the calls per
-// second redis-benchmark reports.
-func (s *Server) EvalshaCeiling(n int) (float64, error) {
-	const script = "return 1"
-	sum := sha1.Sum([]byte(script))
-	if _, err := s.Do("SCRIPT", "LOAD", script); err != nil {
-		return 0, err
-	}
-	out, err := exec.Command("redis-benchmark", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
-		"-n", strconv.Itoa(n), "-c", "128", "-P", "16", "-q", "EVALSHA", hex.EncodeToString(sum[:]), "0").CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("redis-benchmark: %v\n%s", err, out)
-	}
-	m := regexp.MustCompile(`([0-9.]+) requests per second`).FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("redis-benchmark output: %s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
 }
 
 // CommandCalls returns the calls counted by INFO commandstats, by command

@@ -14,7 +14,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/benchtool"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/redis"
-	"github.com/redis/rueidis"
 )
 
 // benchRules returns n rules (1 or 3) with limits high enough that every
@@ -67,46 +66,6 @@ func BenchmarkDecision(b *testing.B) {
 					})
 				})
 			}
-		}
-	}
-}
-
-// minimalScripts are the floor a decision is measured against: the least
-// an exact fixed window must do in Redis, INCRBY and PEXPIRE on the first
-// hit, on one key, and on three.
-var minimalScripts = map[int]*rueidis.Lua{
-	1: rueidis.NewLuaScript(`local n = redis.call('INCRBY', KEYS[1], 1)
-if n == 1 then redis.call('PEXPIRE', KEYS[1], 3600000) end
-return n`),
-	3: rueidis.NewLuaScript(`local n = 0
-for i = 1, 3 do
-  n = redis.call('INCRBY', KEYS[i], 1)
-  if n == 1 then redis.call('PEXPIRE', KEYS[i], 3600000) end
-end
-return n`),
-}
-
-// BenchmarkMinimalScript runs the minimal scripts through the same
-// client (rueidis, auto-pipelined) and workload as BenchmarkDecision: the
-// server CPU per call is the floor of a decision's.
-//
-// Run: go test -run '^$' -bench 'MinimalScript|Decision/client=rueidis/' ./store/redis/
-func BenchmarkMinimalScript(b *testing.B) {
-	srv := redistest.Start(b)
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	for _, keys := range []int{1, 3} {
-		for _, callers := range []int{1, 128} {
-			b.Run(fmt.Sprintf("keys=%d/callers=%d", keys, callers), func(b *testing.B) {
-				runCallers(b, srv, callers, func(i uint64) bool {
-					ks := []string{"user:" + strconv.FormatUint(i%10000, 10), "tenant:" + strconv.FormatUint(i%100, 10), "global"}
-					_, err := minimalScripts[keys].Exec(context.Background(), c, ks[:keys], nil).AsInt64()
-					return err == nil
-				})
-			})
 		}
 	}
 }
@@ -165,18 +124,4 @@ func serverCalls(srv *redistest.Server) (calls int64, us float64, ok bool) {
 	calls, err1 := strconv.ParseInt(m[1], 10, 64)
 	us, err2 := strconv.ParseFloat(m[2], 64)
 	return calls, us, err1 == nil && err2 == nil
-}
-
-// BenchmarkEvalshaCeiling measures the server's own ceiling for a trivial
-// script, "return 1", with redis-benchmark: 128 connections, 16 commands
-// pipelined on each. It is the reference the decision rates are compared
-// with.
-func BenchmarkEvalshaCeiling(b *testing.B) {
-	srv := redistest.Start(b)
-	rps, err := srv.EvalshaCeiling(max(b.N, 200_000))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(rps, "evalsha/s")
-	b.ReportMetric(0, "ns/op")
 }
