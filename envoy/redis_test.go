@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
@@ -44,7 +45,9 @@ func TestRedisOverLimitCacheKeepsOtherStatuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := start(t, cfg, st, nil)
+		// A deadline no loaded machine reaches: a store timeout would be a
+		// failure-policy answer, not the statuses this test is about.
+		h := start(t, cfg, st, &envoy.Options{Limiter: floodgate.Options{Timeout: 5 * time.Second}})
 		const minuteLeft, hourLeft = 30 * time.Second, 2790 * time.Second
 		for i := range 15 {
 			resp := h.ask("another", 0, desc("key2", "v"), desc("key3", "v"))
