@@ -123,7 +123,8 @@ type Options struct {
 	// with Limiter.Allow, which builds no per-rule results.
 	OmitQuotaHeaders bool
 	// LegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset for the
-	// binding rule to the quota headers.
+	// binding rule to the quota headers; with OmitQuotaHeaders it is an
+	// error.
 	LegacyHeaders bool
 	// Clock is the time X-RateLimit-Reset is counted from; nil means the
 	// system clock. Pass the limiter's clock.
@@ -188,6 +189,9 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 	}
 	if m.chargeAfter && m.count != CountAll {
 		return nil, fmt.Errorf("%s: ChargeAfter charges after the handler; it cannot be combined with Count", where)
+	}
+	if opts.LegacyHeaders && opts.OmitQuotaHeaders {
+		return nil, fmt.Errorf("%s: LegacyHeaders adds to the quota headers, which OmitQuotaHeaders leaves out: set one of them", where)
 	}
 	switch m.failureStatus {
 	case 0:

@@ -683,6 +683,7 @@ func TestNewErrors(t *testing.T) {
 		{f.lim, &Options{Attributes: ipOnly, Count: 7}, "unknown Count"},
 		{f.lim, &Options{Attributes: ipOnly, Kind: 9}, "unknown Kind"},
 		{f.lim, &Options{Attributes: ipOnly, ChargeAfter: true, Count: CountFailures}, "cannot be combined"},
+		{f.lim, &Options{Attributes: ipOnly, LegacyHeaders: true, OmitQuotaHeaders: true}, "set one of them"},
 	} {
 		_, err := New(tt.lim, tt.opts)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
