@@ -358,8 +358,17 @@ func (in *Interceptor) report(a *admission.Admission, setHeader, setTrailer func
 	}
 	var md metadata.MD
 	if !in.noQuota {
-		if pol, lim := in.quota.Fields(d.Rules); pol != "" {
-			md = metadata.Pairs(MetadataRateLimitPolicy, pol, MetadataRateLimit, lim)
+		// The lease's rules are their own decision under ChargeAfter with
+		// Concurrency rules (see admission.Admission); their quota is
+		// reported too, after the other rules', as httplimit does.
+		for _, rules := range [2][]floodgate.RuleDecision{d.Rules, a.Lease.Rules} {
+			if pol, lim := in.quota.Fields(rules); pol != "" {
+				if md == nil {
+					md = metadata.MD{}
+				}
+				md.Append(MetadataRateLimitPolicy, pol)
+				md.Append(MetadataRateLimit, lim)
+			}
 		}
 	}
 	if d.Allowed {

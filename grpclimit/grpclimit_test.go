@@ -509,4 +509,16 @@ func TestChargeAfterWithConcurrency(t *testing.T) {
 	if err := call(func(context.Context, any) (any, error) { return nil, nil }); err != nil {
 		t.Fatalf("next call: %v", err)
 	}
+
+	// The admitted call's metadata has the quota of the lease's rule too,
+	// not only of the rules charged after the handler.
+	client := serve(t, in)
+	var hdr metadata.MD
+	if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+		t.Fatal(err)
+	}
+	pol := strings.Join(hdr.Get(MetadataRateLimitPolicy), ", ")
+	if !strings.Contains(pol, `"tokens"`) || !strings.Contains(pol, `"in-flight"`) || len(hdr.Get(MetadataRateLimit)) != 2 {
+		t.Errorf("ratelimit-policy %q, ratelimit %q: want both rules", pol, hdr.Get(MetadataRateLimit))
+	}
 }
