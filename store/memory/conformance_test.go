@@ -10,7 +10,7 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
-		s := memory.New(nil)
+		s := memory.New(&memory.Options{SweepInterval: -1}) // see storetest's doc
 		t.Cleanup(func() { s.Close() })
 		return s
 	})

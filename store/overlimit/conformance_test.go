@@ -31,7 +31,7 @@ var backends = []backend{
 }
 
 func openMemory(t testing.TB) store.Store {
-	s := memory.New(nil)
+	s := memory.New(&memory.Options{SweepInterval: -1}) // see storetest's doc
 	t.Cleanup(func() { s.Close() })
 	return s
 }
