@@ -11,7 +11,7 @@ local function rule(text)
   local r = rules[text]
   if r then return r end
   local name, rest = match(text, '^(%S+)(.*)$')
-  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
+  r = {kind = algorithm(name), limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
   if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
   for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
     if k == 'align' then
