@@ -236,6 +236,31 @@ func TestRefundThatCannotBeAppliedIsReported(t *testing.T) {
 	}
 }
 
+// When the fallback fails too, the failure policy decides, and its one log
+// line names both errors (it used to be the fallback's line, with the
+// store's error alone, and the policy's own line was held back).
+func TestFallbackFailingToo(t *testing.T) {
+	var logs syncbuf.Buffer
+	fallback := newFaultyStore(t, failing)
+	l, _ := remoteLimiter(t, failingWith{errors.New("primary down")}, floodgate.Options{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Fallback: fallback, FailurePolicy: floodgate.FailClosed,
+	})
+	d := l.Allow(context.Background(), user("alice"))
+	if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, errStoreDown) {
+		t.Fatalf("decision %+v: want the failure policy's denial with the fallback's error", d)
+	}
+	out := logs.String()
+	if strings.Count(out, "floodgate:") != 1 || !strings.Contains(out, "decided by failure policy") ||
+		!strings.Contains(out, "primary down") || !strings.Contains(out, errStoreDown.Error()) {
+		t.Errorf("want one failure-policy line naming both errors; log:\n%s", out)
+	}
+}
+
+// failingWith is a remote-looking store that always fails with err.
+type failingWith struct{ err error }
+
+func (s failingWith) Apply(context.Context, *store.Batch) error { return s.err }
+
 func TestFailureLoggingIsRateLimited(t *testing.T) {
 	store := newFaultyStore(t, failing)
 	var logs syncbuf.Buffer

@@ -457,8 +457,14 @@ func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decis
 			b.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 		}
 		if err = l.apply(ctx, b); err != nil && l.fallback != nil {
-			l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, b.Now)
-			err = l.fallback.Apply(ctx, b)
+			// One line for the decision: the fallback's, or (both failing)
+			// the failure policy's, naming both errors.
+			if ferr := l.fallback.Apply(ctx, b); ferr != nil {
+				err = errors.Join(err, ferr)
+			} else {
+				l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, b.Now)
+				err = nil
+			}
 		}
 		if err != nil {
 			d = l.failed(ctx, c, err)
