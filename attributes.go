@@ -109,7 +109,7 @@ func bounded(k string) string {
 // digestPrefix bytes (cut before an escape pair rather than through it),
 // then `\#`, then the unpadded base64url SHA-256 of the whole of k, at most
 // 93 bytes in all. Read from its start, an escaped key is plain bytes and
-// the pairs `\\`, `\:` and `\*`; a digest holds the pair `\#` too, so it
+// the pairs `\\` and `\:`; a digest holds the pair `\#` too, so it
 // never equals a key stored as derived, and two long keys share a digest
 // only if SHA-256 collides.
 func digestKey(k string) string {

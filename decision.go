@@ -99,19 +99,7 @@ type RuleDecision struct {
 // Ticket returns what a refund of this outcome needs. It is valid only for
 // an admitted consume that charged something (see Ticket.Valid).
 func (o Outcome) Ticket() Ticket {
-	if !o.Allowed {
-		return Ticket{}
-	}
-	t := Ticket{Limiter: o.limiter, ID: o.id, Cost: o.cost}
-	for _, r := range o.Rules {
-		if r.took {
-			t.Entries = append(t.Entries, r.entry())
-		}
-	}
-	if len(t.Entries) == 0 {
-		return Ticket{}
-	}
-	return t
+	return o.ticket(func(RuleDecision) bool { return true })
 }
 
 // LeaseTicket returns the part of the outcome's ticket that holds
@@ -119,12 +107,18 @@ func (o Outcome) Ticket() Ticket {
 // nothing else. It is the zero Ticket when the decision took no lease.
 // Middleware refunds it when a request ends.
 func (o Outcome) LeaseTicket() Ticket {
+	return o.ticket(func(r RuleDecision) bool { return r.algorithm == Concurrency })
+}
+
+// ticket is the ticket of the charged rules that keep says to keep: the
+// zero Ticket when there are none or the outcome was not admitted.
+func (o Outcome) ticket(keep func(RuleDecision) bool) Ticket {
 	if !o.Allowed {
 		return Ticket{}
 	}
 	t := Ticket{Limiter: o.limiter, ID: o.id, Cost: o.cost}
 	for _, r := range o.Rules {
-		if r.took && r.algorithm == Concurrency {
+		if r.took && keep(r) {
 			t.Entries = append(t.Entries, r.entry())
 		}
 	}

@@ -2,9 +2,9 @@
 // each rule an algorithm with a limit per window for every key, all rules of a
 // limiter ANDed with all-or-nothing consumption.
 //
-// The root package holds the domain (Limiter, Rule, Decision, Ticket), the
-// Store port and the clock. Stores live in their own packages: store/memory is
-// the embedded default. A decision is a result, not an error: errors are
+// The root package holds the domain (Limiter, Rule, Decision, Ticket) and the
+// clock. The port stores implement is package store; stores live in their own
+// packages, and store/memory is the embedded default. A decision is a result, not an error: errors are
 // returned only for bad arguments, and store failures become decisions under
 // the limiter's FailurePolicy.
 //

@@ -96,7 +96,9 @@ type Options struct {
 // and audit. The Event is the observer's to keep.
 type Observer func(ctx context.Context, e Event)
 
-// Event describes one decision for an Observer.
+// Event describes one decision for an Observer. Its Outcome's tickets
+// refund nothing unless the decision was made by Decide (or on a limiter
+// with Concurrency rules): only then is the decision given a ticket id.
 type Event struct {
 	Limiter string
 	Mode    Mode
@@ -272,20 +274,12 @@ func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
 // denied decision charges nothing. n == 0 peeks: nothing is charged and
 // Allowed says whether one unit would be admitted now.
 func (l *Limiter) AllowN(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
-	mode, n, err := l.check(ModeConsume, n)
-	if err != nil {
-		return Decision{}, err
-	}
-	return l.decide(ctx, mode, attrs, n, nil), nil
+	return l.decideN(ctx, ModeConsume, attrs, n)
 }
 
 // Peek reports whether n units would be admitted now, charging nothing.
 func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
-	mode, n, err := l.check(ModePeek, n)
-	if err != nil {
-		return Decision{}, err
-	}
-	return l.decide(ctx, mode, attrs, n, nil), nil
+	return l.decideN(ctx, ModePeek, attrs, n)
 }
 
 // Record charges n units to every applicable rule without an admission
@@ -293,7 +287,12 @@ func (l *Limiter) Peek(ctx context.Context, attrs Attributes, n int64) (Decision
 // their limits; later decisions are then denied until the usage ages out.
 // The decision describes the state afterwards, as a peek at one unit.
 func (l *Limiter) Record(ctx context.Context, attrs Attributes, n int64) (Decision, error) {
-	mode, n, err := l.check(ModeRecord, n)
+	return l.decideN(ctx, ModeRecord, attrs, n)
+}
+
+// decideN is AllowN, Peek and Record: n checked for mode, then decided.
+func (l *Limiter) decideN(ctx context.Context, mode Mode, attrs Attributes, n int64) (Decision, error) {
+	mode, n, err := l.check(mode, n)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -658,7 +657,7 @@ func ruleDecisions(c *call, d Decision, answered bool) []RuleDecision {
 		rd := &out[i]
 		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, op.Key, op.Shadow, op.Params.Limit, r.Algorithm
 		rd.Capacity = op.Params.Limit
-		if op.Params.Burst > 0 && (r.Algorithm == TokenBucket || r.Algorithm == GCRA) {
+		if r.Algorithm == TokenBucket || r.Algorithm == GCRA { // compiling sets Burst for these
 			rd.Capacity = op.Params.Burst
 		}
 		if !answered {
@@ -706,7 +705,8 @@ func (l *Limiter) logFailure(ctx context.Context, msg string, err error, now tim
 // SplitLeases returns two views of l (see Only), sharing its state: one
 // with l's Concurrency rules, one with the others, either nil when l has
 // none. Work whose usage is known only when it ends holds a lease of the
-// first for its whole duration (Allow, then Refund of the LeaseTicket) and
+// first for its whole duration (Decide, then Refund of its Outcome's
+// LeaseTicket) and
 // records its usage into the second: an in-flight cap and a usage limit
 // (tokens per minute) on one route. Recording into l itself would add a
 // lease that is never released.

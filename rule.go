@@ -75,7 +75,6 @@ const (
 // compiledRule is a validated Rule with its derived constants.
 type compiledRule struct {
 	Rule
-	index  int
 	scope  string
 	params store.Params
 	shadow bool // the rule or its limiter runs dark
@@ -167,7 +166,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	if err := checkExact(r, r.Limit, r.Burst); err != "" {
 		return nil, bad("limit", "%s", err)
 	}
-	c := &compiledRule{Rule: r, index: index, scope: limiter + "/" + r.Name}
+	c := &compiledRule{Rule: r, scope: limiter + "/" + r.Name}
 	c.params = store.Params{
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst,
 		Buckets: r.Buckets, Align: r.Align, Location: r.Location,

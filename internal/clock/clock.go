@@ -1,9 +1,9 @@
 // Package clock holds the limiters' default clock: the wall clock read at
 // half the cost of time.Now.
 //
-// It earns its place by measurement: on this project's machines time.Now
-// costs about 70 ns (two clock reads) and Fast.Now about 35 ns, the largest
-// single part of a decision on the memory store (BenchmarkClock).
+// It earns its place by measurement: time.Now makes two clock reads and
+// Fast.Now one, about half the cost (BenchmarkClock), and the clock is the
+// largest single part of a decision on the memory store.
 package clock
 
 import (
@@ -25,8 +25,7 @@ const fastResync = int64(time.Second)
 
 // Fast is the wall clock read cheaply: the runtime's monotonic clock
 // plus an offset to the wall clock that is re-read with time.Now at most once
-// a second, by whichever reader notices the second has passed. A reading
-// costs about 20 ns less than time.Now.
+// a second, by whichever reader notices the second has passed.
 //
 // The trade-off: a step of the system clock (settimeofday, an NTP step) is
 // seen up to one second late, and when it is seen the readings jump by the

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// FastClock must agree with time.Now to well within a millisecond, on its
+// Fast must agree with time.Now to well within a millisecond, on its
 // first reading (a re-read) and on later ones (monotonic plus offset).
 func TestFastClockTracksWallClock(t *testing.T) {
 	var c Fast

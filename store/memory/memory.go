@@ -54,8 +54,8 @@ var (
 )
 
 // entry is one key's slot, 128 bytes. The look-up reads the key and the
-// scope first, then the expiry and the head of the algorithm state (Live, A,
-// B): with the 128-byte entries of a 64-byte-aligned slice those share the
+// scope first, then the expiry and the head of the algorithm state (Live,
+// A): with the 128-byte entries of a 64-byte-aligned slice those share the
 // first cache line.
 type entry struct {
 	key   string
