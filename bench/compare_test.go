@@ -40,16 +40,12 @@ const numKeys = 10_000
 // request was admitted.
 type allowFunc func(ctx context.Context, i int) bool
 
-// contender is one limiter under test. setup builds it fresh and returns a
-// constructor of per-goroutine decision functions and a clean-up.
+// contender is one limiter under test. setup builds it fresh and returns
+// its decision function, which every goroutine calls, and a clean-up.
 type contender struct {
 	name  string
-	setup func(tb testing.TB, keys []string) (worker func() allowFunc, done func())
+	setup func(tb testing.TB, keys []string) (allow allowFunc, done func())
 }
-
-// shared makes a worker constructor of one decision function that every
-// goroutine may call.
-func shared(f allowFunc) func() allowFunc { return func() allowFunc { return f } }
 
 var contenders = []contender{
 	{"floodgate/key", floodgateKeySetup(1)},
@@ -74,14 +70,14 @@ var benchRules = []floodgate.Rule{
 
 // floodgateKeySetup is floodgate called as the README's quick start calls
 // it, lim.AllowKey(ctx, key), with the first n of benchRules.
-func floodgateKeySetup(n int) func(testing.TB, []string) (func() allowFunc, func()) {
-	return func(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func floodgateKeySetup(n int) func(testing.TB, []string) (allowFunc, func()) {
+	return func(tb testing.TB, keys []string) (allowFunc, func()) {
 		st := memory.New(nil)
 		l, err := floodgate.New("bench", st, benchRules[:n], nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return shared(func(ctx context.Context, i int) bool {
+		return allowFunc(func(ctx context.Context, i int) bool {
 			return l.AllowKey(ctx, keys[i]).Allowed
 		}), func() { st.Close() }
 	}
@@ -91,23 +87,23 @@ func floodgateKeySetup(n int) func(testing.TB, []string) (func() allowFunc, func
 // literal in the call, as rules keyed on several attributes are called.
 // The map stays on the caller's stack (no allocation) but is built and read
 // per request, which the peers, taking a key string, do not pay.
-func floodgateAttrsSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func floodgateAttrsSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	st := memory.New(nil)
 	l, err := floodgate.New("bench", st, benchRules[:1], nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return shared(func(ctx context.Context, i int) bool {
+	return allowFunc(func(ctx context.Context, i int) bool {
 		return l.Allow(ctx, floodgate.Attributes{"user": keys[i]}).Allowed
 	}), func() { st.Close() }
 }
 
 // rateMutexMapSetup is the idiom most Go services write: a mutex-guarded map
 // from key to *rate.Limiter, created on first sight and never evicted.
-func rateMutexMapSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func rateMutexMapSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	var mu sync.Mutex
 	m := make(map[string]*rate.Limiter)
-	return shared(func(_ context.Context, i int) bool {
+	return allowFunc(func(_ context.Context, i int) bool {
 		mu.Lock()
 		l := m[keys[i]]
 		if l == nil {
@@ -120,9 +116,9 @@ func rateMutexMapSetup(tb testing.TB, keys []string) (func() allowFunc, func()) 
 }
 
 // rateSyncMapSetup is the same idiom over a sync.Map.
-func rateSyncMapSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func rateSyncMapSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	var m sync.Map
-	return shared(func(_ context.Context, i int) bool {
+	return allowFunc(func(_ context.Context, i int) bool {
 		v, ok := m.Load(keys[i])
 		if !ok {
 			v, _ = m.LoadOrStore(keys[i], rate.NewLimiter(1e9, 1e9))
@@ -132,22 +128,22 @@ func rateSyncMapSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 }
 
 // ululeSetup is ulule/limiter's in-memory store (fixed window).
-func ululeSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func ululeSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	l := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: time.Hour, Limit: 1 << 40})
-	return shared(func(ctx context.Context, i int) bool {
+	return allowFunc(func(ctx context.Context, i int) bool {
 		c, err := l.Get(ctx, keys[i])
 		return err == nil && !c.Reached
 	}), func() {}
 }
 
 // goLimiterSetup is sethvargo/go-limiter's memorystore.
-func goLimiterSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func goLimiterSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	st, err := memorystore.New(&memorystore.Config{Tokens: 1 << 40, Interval: time.Hour})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var _ golimiter.Store = st
-	return shared(func(ctx context.Context, i int) bool {
+	return allowFunc(func(ctx context.Context, i int) bool {
 		_, _, _, ok, err := st.Take(ctx, keys[i])
 		return err == nil && ok
 	}), func() { st.Close(context.Background()) }
@@ -155,7 +151,7 @@ func goLimiterSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 
 // throttledSetup is throttled's GCRA limiter over its memstore, bounded
 // (LRU) at 65,536 keys like floodgate's store is bounded.
-func throttledSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func throttledSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	st, err := memstore.NewCtx(1 << 16)
 	if err != nil {
 		tb.Fatal(err)
@@ -164,7 +160,7 @@ func throttledSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return shared(func(ctx context.Context, i int) bool {
+	return allowFunc(func(ctx context.Context, i int) bool {
 		limited, _, err := l.RateLimitCtx(ctx, keys[i], 1)
 		return err == nil && !limited
 	}), func() {}
@@ -174,13 +170,13 @@ func throttledSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
 // RateLimiter.OnLimit drives it, minus the HTTP headers: under one limiter
 // mutex, read the current and previous window counts, estimate the sliding
 // rate, and increment when under the limit.
-func httprateSetup(tb testing.TB, keys []string) (func() allowFunc, func()) {
+func httprateSetup(tb testing.TB, keys []string) (allowFunc, func()) {
 	const window = time.Hour
 	const limit = 1 << 40
 	c := httprate.NewLocalLimitCounter(window)
 	c.Config(limit, window)
 	var mu sync.Mutex
-	return shared(func(_ context.Context, i int) bool {
+	return allowFunc(func(_ context.Context, i int) bool {
 		now := time.Now().UTC()
 		cur := now.Truncate(window)
 		prev := cur.Add(-window)
@@ -214,10 +210,9 @@ func BenchmarkCompare(b *testing.B) {
 	for _, c := range contenders {
 		for _, mode := range []string{"serial", "parallel"} {
 			b.Run(c.name+"/"+mode, func(b *testing.B) {
-				worker, done := c.setup(b, keys)
+				allow, done := c.setup(b, keys)
 				defer done()
 				ctx := context.Background()
-				allow := worker()
 				for i := range keys {
 					if !allow(ctx, i) {
 						b.Fatal("warm-up denied")
@@ -236,7 +231,6 @@ func BenchmarkCompare(b *testing.B) {
 					return
 				}
 				b.RunParallel(func(pb *testing.PB) {
-					allow := worker()
 					r := benchtool.NewRand()
 					for pb.Next() {
 						if !allow(ctx, r.Intn(numKeys)) {
@@ -255,8 +249,7 @@ func BenchmarkCompare(b *testing.B) {
 func TestContendersAdmit(t *testing.T) {
 	keys := benchKeys()[:100]
 	for _, c := range contenders {
-		worker, done := c.setup(t, keys)
-		allow := worker()
+		allow, done := c.setup(t, keys)
 		for i := range keys {
 			if !allow(context.Background(), i) {
 				t.Errorf("%s denied key %d", c.name, i)

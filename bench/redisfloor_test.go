@@ -80,10 +80,9 @@ type floorClient struct {
 }
 
 // floorClients are the clients the floors run on. The first is the one
-// floodgate's Redis store uses by default (store/redis: Options.Client and
-// clientOption), so the floor-1key and floor-3keys rows, which the ratios
-// use, run on it; the others get rows of their own ("floor-1key/go-redis").
-// When the store's default client changes, reorder this line.
+// floodgate's Redis store runs on (rueidis), so the floor-1key and
+// floor-3keys rows, which the ratios use, run on it; go-redis, redis_rate's
+// client, gets rows of its own ("floor-1key/go-redis").
 var floorClients = []floorClient{{"rueidis", rueidisFloor}, {"go-redis", goredisFloor}}
 
 // rueidisFloor is a rueidis client configured as store/redis configures

@@ -27,17 +27,13 @@ func benchRules(n int) []floodgate.Rule {
 	return rules[:n]
 }
 
-// benchClients are the Redis clients the store can run on.
+// benchClients are the store's client with and without coalescing.
 var benchClients = []struct {
-	name string
-	open func(b *testing.B, addr string) *redis.Options
+	name        string
+	maxCoalesce int
 }{
-	{"rueidis", func(b *testing.B, addr string) *redis.Options {
-		return &redis.Options{URL: "redis://" + addr}
-	}},
-	{"rueidis-uncoalesced", func(b *testing.B, addr string) *redis.Options {
-		return &redis.Options{URL: "redis://" + addr, MaxCoalesce: 1}
-	}},
+	{"rueidis", 0},
+	{"rueidis-uncoalesced", 1},
 }
 
 // BenchmarkDecision measures admitted decisions per second through a
@@ -51,7 +47,7 @@ func BenchmarkDecision(b *testing.B) {
 		for _, rules := range []int{1, 3} {
 			for _, callers := range []int{1, 16, 128} {
 				b.Run(fmt.Sprintf("client=%s/rules=%d/callers=%d", cl.name, rules, callers), func(b *testing.B) {
-					store, err := redis.New(cl.open(b, srv.Addr))
+					store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, MaxCoalesce: cl.maxCoalesce})
 					if err != nil {
 						b.Fatal(err)
 					}

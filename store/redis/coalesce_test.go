@@ -125,7 +125,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 }
 
 // TestCoalescedLargeCall sends one call of 64 batches of 30 rules each
-// (9,728 numbers in the reply, more than Lua can unpack at once): every
+// (1,920 keys, more than the script's MGET reads in one chunk): every
 // batch is answered, and answered as alone.
 func TestCoalescedLargeCall(t *testing.T) {
 	srv := redistest.Start(t)

@@ -596,69 +596,6 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// TestClusterCompensationGivesBack floods a three-master Cluster from three
-// replicas with decisions over three rules on different slots, all driven
-// to their limits, so that many decisions are charged on one slot, denied
-// on another and given back. Afterwards every unit Redis holds free is
-// admitted on every replica.
-func TestClusterCompensationGivesBack(t *testing.T) {
-	cl := redistest.StartCluster(t)
-	clock := floodgate.NewManualClock(time.Now())
-	rules := []floodgate.Rule{
-		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}},
-		{Name: "tenant", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Hour, Key: []string{"tenant"}},
-		{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 16, Window: time.Hour},
-	}
-	const replicas, users, requests = 3, 10, 900
-	var lims, views []*floodgate.Limiter
-	for range replicas {
-		st := serverStore(t, cl.Addrs(), true, func(o *redis.Options) { o.UseBatchTime = true })
-		opts := *patient
-		opts.Clock = clock
-		l, err := floodgate.New("comp", st, rules, &opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := l.Only("user")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lims, views = append(lims, l), append(views, v)
-	}
-	ctx := context.Background()
-	user := func(u int) floodgate.Attributes { return floodgate.Attributes{"user": fmt.Sprint("u", u)} }
-	var wg sync.WaitGroup
-	for i := range requests {
-		wg.Go(func() {
-			a := user(i % users)
-			a["tenant"] = fmt.Sprint("t", i%2)
-			if d := lims[i%replicas].Allow(ctx, a); d.Reason == floodgate.ReasonStore {
-				t.Errorf("store failure: %v", d.Err)
-			}
-		})
-	}
-	wg.Wait()
-	stale := 0
-	for u := range users {
-		for r := range replicas {
-			free, err := views[r].Peek(ctx, user(u), 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !free.Allowed {
-				continue
-			}
-			if d := views[r].Allow(ctx, user(u)); !d.Allowed {
-				stale++
-				t.Errorf("replica %d: u%d has %d units free in Redis but is denied: %+v", r, u, free.Remaining, d)
-			}
-		}
-	}
-	if stale > 0 {
-		t.Fatalf("%d stale denials after the bound", stale)
-	}
-}
-
 // fixedCount reads the units counted in a fixed window's state, as
 // redis-cli GET shows it: "n=7 start=... end=...".
 func fixedCount(t *testing.T, v string) int64 {

@@ -53,8 +53,8 @@ type Options struct {
 	MaxFlushDelay time.Duration
 
 	// MaxCoalesce is how many concurrent decisions may share one script
-	// call on a single node or Sentinel master (rueidis only; Cluster
-	// decisions are not coalesced). A decision is sent at once when few
+	// call on a single node or Sentinel master (Cluster decisions are not
+	// coalesced). A decision is sent at once when few
 	// calls are in flight; while they are, decisions queue and go out
 	// together in the next call, in which each is applied atomically and
 	// independently, exactly as alone. 0 means DefaultMaxCoalesce; 1 or

@@ -261,8 +261,9 @@ func (s *Store) groups(b *store.Batch) []*group {
 // *store.ConfinedError (see nodes). The first error is returned; groups
 // that succeeded keep their replies.
 func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) error {
-	local := s.localNow(b) // the breakers' clock
+	var local int64 // the breakers' clock, read only in Cluster
 	if s.nodes != nil {
+		local = s.localNow(b)
 		s.nodes.due()
 	}
 	var calls []*call

@@ -1,6 +1,7 @@
 -- concurrency: a hash {n, [ticket] = slots}: the slots n held and each
--- lease's, and beside it (key .. "l") a sorted set of the leases' tickets
--- scored by when each lapses (µs). Both expire when the last lease lapses.
+-- lease's, and beside it (the op's second key, the state key and
+-- ":expiry") a sorted set of the leases' tickets scored by when each lapses
+-- (µs). Both expire when the last lease lapses.
 
 DEFINE.concurrency = function()
   -- The lease set is the op's second key.
