@@ -175,12 +175,23 @@ func (h *harness) limitsFor(attrs floodgate.Attributes) []limits {
 }
 
 // consume asks for n units and compares the answer; it returns the decision.
+// Half the time it asks as most callers do, with AllowN, whose lean decision
+// has no per-rule results and no ticket; else with Decide, in full.
 func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) floodgate.Outcome {
 	h.t.Helper()
 	h.logf("consume %v n=%d", attrs, n)
+	if h.rng.IntN(2) == 0 {
+		d, err := h.lim.AllowN(h.ctx, attrs, n)
+		if err != nil {
+			h.fail("AllowN(%d): %v", n, err)
+		}
+		want := h.model.decide(floodgate.ModeConsume, h.now(), keys, h.limitsFor(attrs), n)
+		h.compareDecision("consume (AllowN)", d, want)
+		return floodgate.Outcome{Decision: d}
+	}
 	got, err := h.lim.Decide(h.ctx, floodgate.ModeConsume, attrs, n)
 	if err != nil {
-		h.fail("AllowN(%d): %v", n, err)
+		h.fail("Decide(consume, %d): %v", n, err)
 	}
 	want := h.model.decide(floodgate.ModeConsume, h.now(), keys, h.limitsFor(attrs), n)
 	h.logResult(got)
@@ -193,8 +204,8 @@ func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) fl
 	return got
 }
 
-// peek asks whether n units would be admitted; n == 0 uses AllowN(0), the
-// peek at one unit.
+// peek asks whether n units would be admitted; n == 0 asks with a consume
+// of 0 units, the peek at one unit.
 func (h *harness) peek(attrs floodgate.Attributes, keys []string, n int64) floodgate.Outcome {
 	h.t.Helper()
 	h.logf("peek %v n=%d", attrs, n)
@@ -221,12 +232,22 @@ func (h *harness) peek(attrs floodgate.Attributes, keys []string, n int64) flood
 	return got
 }
 
+// record charges n units, half the time with Record (the lean decision),
+// else with Decide, and compares the answer.
 func (h *harness) record(attrs floodgate.Attributes, keys []string, n int64) {
 	h.t.Helper()
 	h.logf("record %v n=%d", attrs, n)
+	if h.rng.IntN(2) == 0 {
+		d, err := h.lim.Record(h.ctx, attrs, n)
+		if err != nil {
+			h.fail("Record(%d): %v", n, err)
+		}
+		h.compareDecision("record (Record)", d, h.model.decide(floodgate.ModeRecord, h.now(), keys, h.limitsFor(attrs), n))
+		return
+	}
 	got, err := h.lim.Decide(h.ctx, floodgate.ModeRecord, attrs, n)
 	if err != nil {
-		h.fail("Record(%d): %v", n, err)
+		h.fail("Decide(record, %d): %v", n, err)
 	}
 	h.logResult(got)
 	h.compare("record", got, h.model.decide(floodgate.ModeRecord, h.now(), keys, h.limitsFor(attrs), n))
@@ -326,6 +347,12 @@ func (h *harness) compare(op string, got floodgate.Outcome, want outcome) {
 				w.allowed, w.never, spec.shadow, want.lims[j].limit, w.remaining, us(w.reset), wantRetry)
 		}
 	}
+	h.compareDecision(op, got.Decision, want)
+}
+
+// compareDecision compares the decision-level answer with the model's.
+func (h *harness) compareDecision(op string, got floodgate.Decision, want outcome) {
+	h.t.Helper()
 	e := h.expectDecision(want)
 	if got.Allowed != e.Allowed || got.Reason != e.Reason || got.Never != e.Never || got.ShadowDenied != e.ShadowDenied ||
 		got.Rule != e.Rule || got.Limit != e.Limit || got.Remaining != e.Remaining ||
