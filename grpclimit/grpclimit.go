@@ -317,7 +317,7 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 		return ctx, nil, err
 	}
 	// Each closure holds its own copy of a, so that calls with nothing to
-	// settle keep theirs on the stack.
+	// settle keep theirs on the stack (TestAllocations).
 	switch {
 	case in.charge:
 		a := a

@@ -18,19 +18,27 @@ import (
 // with one only when store.redis.fallback is set).
 type lateStore struct {
 	s       atomic.Pointer[redis.Store]
-	lastErr atomic.Pointer[error]
+	lastErr atomic.Pointer[error] // redacted
+	hide    func(string) string
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
 }
 
 // dialLater returns a lateStore dialling opts in the background; err is
-// the first dial's error.
-func dialLater(opts *redis.Options, err error, logger *slog.Logger) *lateStore {
-	l := &lateStore{stop: make(chan struct{}), done: make(chan struct{})}
-	l.lastErr.Store(&err)
+// the first dial's error. hide takes the secrets out of an error's text
+// before Ping reports it (on /readyz).
+func dialLater(opts *redis.Options, err error, hide func(string) string, logger *slog.Logger) *lateStore {
+	l := &lateStore{hide: hide, stop: make(chan struct{}), done: make(chan struct{})}
+	l.failed(err)
 	go l.dial(opts, logger)
 	return l
+}
+
+// failed keeps err, its secrets hidden, as the last dial's error.
+func (l *lateStore) failed(err error) {
+	hidden := errors.New(l.hide(err.Error()))
+	l.lastErr.Store(&hidden)
 }
 
 func (l *lateStore) dial(opts *redis.Options, logger *slog.Logger) {
@@ -45,7 +53,7 @@ func (l *lateStore) dial(opts *redis.Options, logger *slog.Logger) {
 		}
 		s, err := redis.New(opts)
 		if err != nil {
-			l.lastErr.Store(&err)
+			l.failed(err)
 			continue
 		}
 		l.s.Store(s)

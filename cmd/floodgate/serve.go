@@ -318,7 +318,7 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 		// Redis is down.
 		logger.Warn("floodgate: Redis unreachable at start: deciding on the fallback, dialling again every second",
 			"redis", redisTarget(r), "err", withoutSecrets(err.Error(), r))
-		l := dialLater(opts, err, logger)
+		l := dialLater(opts, err, func(msg string) string { return withoutSecrets(msg, r) }, logger)
 		return withDenyCache(l, r.DenyCacheSize), l.Close, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
