@@ -59,18 +59,38 @@ func referenceMode(getenv func(string) string) bool {
 }
 
 // referenceArgs turns the reference service's command lines into floodgate
-// ratelimit: floodgate installed as /bin/ratelimit (argv0), or given
-// /bin/ratelimit as its first argument (a manifest's command after
-// floodgate's entrypoint, as in the reference's docker-compose example).
-// The reference ignores its arguments; so does this mode's detection.
+// ratelimit, wherever a container runtime puts them:
+//
+//   - floodgate run as ratelimit (argv0 /bin/ratelimit, a link to it): a
+//     manifest's command, which replaces floodgate's entrypoint;
+//   - "/bin/ratelimit" or "ratelimit" as floodgate's first argument, or as
+//     the first argument after serve: a command that compose (command:) or
+//     Kubernetes (args:) appends to the image's entrypoint, floodgate serve.
+//
+// The reference takes no arguments and ignores any it is given; so does
+// this mode's detection: what follows the command is dropped. floodgate
+// ratelimit itself keeps its arguments (--help).
 func referenceArgs(argv0 string, args []string) []string {
-	switch {
-	case filepath.Base(argv0) == "ratelimit":
+	if isReferenceCommand(argv0) {
 		return []string{"ratelimit"}
-	case len(args) > 0 && strings.HasSuffix(args[0], "/ratelimit"):
+	}
+	if len(args) > 0 && args[0] == "ratelimit" {
+		return args // the command itself, which reads its own flags
+	}
+	first := args
+	if len(first) > 1 && first[0] == "serve" {
+		first = first[1:]
+	}
+	if len(first) > 0 && isReferenceCommand(first[0]) {
 		return []string{"ratelimit"}
 	}
 	return args
+}
+
+// isReferenceCommand reports whether arg is the reference image's command:
+// ratelimit, by that name or a path to it.
+func isReferenceCommand(arg string) bool {
+	return arg == "ratelimit" || strings.HasSuffix(arg, "/ratelimit")
 }
 
 // reference is what the environment asks for.

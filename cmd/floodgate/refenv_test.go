@@ -102,6 +102,15 @@ func TestReferenceArgs(t *testing.T) {
 		{"/bin/ratelimit", nil, "ratelimit"},
 		{"/bin/ratelimit", []string{"-whatever"}, "ratelimit"},
 		{"/usr/local/bin/floodgate", []string{"/bin/ratelimit"}, "ratelimit"},
+		{"ratelimit", nil, "ratelimit"},
+		// compose's command and Kubernetes' args follow the image's
+		// entrypoint, floodgate serve.
+		{"/usr/local/bin/floodgate", []string{"serve", "/bin/ratelimit"}, "ratelimit"},
+		{"/usr/local/bin/floodgate", []string{"serve", "ratelimit"}, "ratelimit"},
+		{"/usr/local/bin/floodgate", []string{"serve", "/bin/ratelimit", "-x"}, "ratelimit"},
+		// The command itself keeps its flags.
+		{"floodgate", []string{"ratelimit", "--help"}, "ratelimit --help"},
+		{"floodgate", []string{"serve"}, "serve"},
 		{"floodgate", []string{"serve", "--grpc", ":8081"}, "serve --grpc :8081"},
 		{"floodgate", nil, ""},
 	} {

@@ -291,6 +291,13 @@ func freeAddr(t *testing.T) (host, port string) {
 // waits until it listens.
 func startReference(t *testing.T, env map[string]string, args ...string) *refService {
 	t.Helper()
+	return startReferenceProgram(t, env, binary, args...)
+}
+
+// startReferenceProgram is startReference running program (floodgate, or
+// a link to it) with the argument vector args.
+func startReferenceProgram(t *testing.T, env map[string]string, program string, args ...string) *refService {
+	t.Helper()
 	for _, name := range []string{"PORT", "GRPC_PORT", "DEBUG_PORT"} {
 		var host string
 		host, env[name] = freeAddr(t)
@@ -303,7 +310,7 @@ func startReference(t *testing.T, env map[string]string, args ...string) *refSer
 		}
 		list = append(list, k+"="+v)
 	}
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(program, args...)
 	cmd.Env = list
 	cmd.Dir = t.TempDir()
 	stderr, err := cmd.StderrPipe()
