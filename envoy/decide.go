@@ -188,13 +188,14 @@ func fit(groups []*group, l *floodgate.Limiter, c int64, lf *leaf) *group {
 // in g.
 func (st *state) leafStatus(resp response, i int, lf *leaf, g *group) {
 	ds := resp.status(i)
-	resp.setLimit(i, lf)
 	rd, applied := g.result(lf.rule)
-	switch {
-	case g.out.Reason == floodgate.ReasonStore || !applied:
+	if g.out.Reason == floodgate.ReasonStore || !applied {
 		// The store did not answer: the failure policy decided.
-		ds.Code = code(g.out.Allowed)
-		resp.setReset(i, st.alignedReset(lf))
+		st.failedStatus(resp, i, lf, g.out.Allowed)
+		return
+	}
+	resp.setLimit(i, lf)
+	switch {
 	case rd.allowed:
 		ds.Code = rlsv3.RateLimitResponse_OK
 		rem := rd.remaining
@@ -209,6 +210,22 @@ func (st *state) leafStatus(resp response, i int, lf *leaf, g *group) {
 		ds.Code = code(lf.shadow)
 		resp.setReset(i, rd.resetAfter)
 	}
+}
+
+// failedStatus writes the status of descriptor i, whose limit lf the
+// store could not decide, as the failure policy did (allowed: open). Open
+// is OK without a current_limit, the reference service's answer when it
+// has no figure: a limit with 0 remaining would become
+// x-ratelimit-remaining: 0 on a request Envoy lets through. Closed is
+// OVER_LIMIT with the limit, nothing remaining and the window's end.
+func (st *state) failedStatus(resp response, i int, lf *leaf, allowed bool) {
+	ds := resp.status(i)
+	ds.Code = code(allowed)
+	if allowed {
+		return
+	}
+	resp.setLimit(i, lf)
+	resp.setReset(i, st.alignedReset(lf))
 }
 
 // zeroStatus writes the status of descriptor i, whose limit lf is 0
@@ -256,9 +273,12 @@ func (s *Service) decideLimiter(ctx context.Context, l *floodgate.Limiter, req *
 		}
 		ds := resp.status(i)
 		ds.Code = code(d.Allowed)
+		if d.Allowed && d.Reason == floodgate.ReasonStore {
+			continue // failed open: no figure, as in failedStatus
+		}
 		resp.setCurrent(i, clamp32(d.Limit), unit, m, d.Rule)
 		resp.setReset(i, d.ResetAfter)
-		if d.Allowed && d.Reason != floodgate.ReasonStore {
+		if d.Allowed {
 			rem := d.Remaining
 			if g.refunded {
 				rem = min(rem+g.cost, max(d.Limit, r.Burst))

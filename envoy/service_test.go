@@ -441,17 +441,38 @@ type brokenStore struct{}
 
 func (brokenStore) Apply(context.Context, *store.Batch) error { return errors.New("store down") }
 
+// A store failure is answered by the failure policy: open is OK without a
+// current_limit (the reference's answer when it has no figure; a limit
+// with 0 remaining would be x-ratelimit-remaining: 0 on an admitted
+// request), closed is OVER_LIMIT with the limit and nothing remaining. The
+// same for an Envoy domain and for a floodgate limiter (Lookup).
 func TestStoreFailure(t *testing.T) {
 	for _, tc := range []struct {
 		policy floodgate.FailurePolicy
 		code   rlsv3.RateLimitResponse_Code
-	}{{floodgate.FailOpen, ok}, {floodgate.FailClosed, over}} {
-		opts := &envoy.Options{}
-		opts.Limiter.FailurePolicy = tc.policy
-		opts.Limiter.Timeout = time.Second
-		opts.Limiter.Logger = slog.New(slog.DiscardHandler)
-		h := start(t, loadEdge(t), brokenStore{}, opts)
-		h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), tc.code, want{tc.code, 3, minute, 0, 30 * time.Second})
+		domain want
+		api    want
+	}{
+		{floodgate.FailOpen, ok, want{code: ok}, want{code: ok}},
+		{floodgate.FailClosed, over, want{over, 3, minute, 0, 30 * time.Second}, want{over, 2, minute, 0, 0}},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			var api *floodgate.Limiter
+			opts := &envoy.Options{Lookup: func(name string) *floodgate.Limiter { return api }}
+			opts.Limiter.FailurePolicy = tc.policy
+			opts.Limiter.Timeout = time.Second
+			opts.Limiter.Logger = slog.New(slog.DiscardHandler)
+			h := start(t, loadEdge(t), brokenStore{}, opts)
+			var err error
+			api, err = floodgate.New("api", brokenStore{}, []floodgate.Rule{
+				{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}, Align: floodgate.AlignClock},
+			}, &floodgate.Options{Clock: h.clock, FailurePolicy: tc.policy, Logger: opts.Limiter.Logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), tc.code, tc.domain)
+			h.check(h.ask("api", 0, desc("user", "u1")), tc.code, tc.api)
+		})
 	}
 }
 
