@@ -243,6 +243,7 @@ type domain struct {
 	file   string
 	root   *node
 	leaves []*leaf // rules only, in rule order
+	zeros  []*leaf // limits of 0 requests per unit, refused without a rule
 }
 
 func newDomain(f *File) (*domain, error) {
@@ -250,8 +251,12 @@ func newDomain(f *File) (*domain, error) {
 	names := map[string]bool{}
 	var walk func(n *node)
 	walk = func(n *node) {
-		if l := n.limit; l != nil && l.counted() {
-			d.leaves = append(d.leaves, l)
+		if l := n.limit; l != nil && !l.unlimited {
+			if l.counted() {
+				d.leaves = append(d.leaves, l)
+			} else {
+				d.zeros = append(d.zeros, l)
+			}
 			// A key holding '.' can give two paths one name: number the
 			// later one ('g' never follows '-' in an encoded name).
 			for i := 1; names[l.rule]; i++ {

@@ -53,8 +53,10 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 			ds.Code, ds.LimitRemaining = rlsv3.RateLimitResponse_OK, math.MaxUint32
 			continue
 		case lf.rpu == 0:
-			// requests_per_unit 0 refuses everything: no counter needed.
+			// requests_per_unit 0 refuses everything: no counter needed,
+			// but the refusal is reported like any denial.
 			st.zeroStatus(resp, i, lf)
+			st.observeZero(ctx, d, lf, keys[i], cost(req, i))
 			blocked = blocked || !lf.shadow
 			continue
 		}

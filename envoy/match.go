@@ -19,7 +19,8 @@ import (
 //
 // The key holds every entry, so each distinct value has its own counter,
 // except that a wildcard with share_threshold stands for all the values it
-// matches.
+// matches. A limit of 0 requests per unit has a key too (it is reported,
+// though never counted); an unlimited one has none.
 func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (l *leaf, key string) {
 	if len(entries) == 0 {
 		return nil, ""
@@ -54,7 +55,7 @@ func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (l *lea
 		}
 		n = next
 	}
-	if l == nil || !l.counted() {
+	if l == nil || l.unlimited {
 		return l, ""
 	}
 	return l, counterKey(entries, shared)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -116,6 +117,46 @@ func (s *Service) Config() *Config { return s.cur.Load().cfg }
 // Limiter returns the limiter that serves domain, or nil when the domain
 // is not configured or has no finite limits.
 func (s *Service) Limiter(domain string) *floodgate.Limiter { return s.cur.Load().limiters[domain] }
+
+// Limits is one limiter of a Service as operators see it: a domain's, or
+// one made for limit overrides in requests to the domain.
+type Limits struct {
+	// Name is the limiter name its decisions are reported under (see
+	// Options.Limiter).
+	Name string
+	// Domain and File are the domain and the file that configures it.
+	Domain string
+	File   string
+	// Limiter decides the counted limits; nil for a domain without any
+	// (its limits are all unlimited or 0 requests per unit).
+	Limiter *floodgate.Limiter
+	// Rules are Limiter's rules, then, for a domain, one rule of limit 0
+	// for each limit of 0 requests per unit, whose refusals the Observer
+	// is told of under that rule's name.
+	Rules []floodgate.Rule
+}
+
+// Limits lists the Service's limiters, sorted by name: one per domain,
+// and one per limit override window requested so far.
+func (s *Service) Limits() []Limits {
+	st := s.cur.Load()
+	var out []Limits
+	for name, d := range st.cfg.domains {
+		ls := Limits{Name: limiterName(name), Domain: name, File: d.file, Limiter: st.limiters[name]}
+		if ls.Limiter != nil {
+			ls.Rules = ls.Limiter.Rules()
+		}
+		ls.Rules = append(ls.Rules, d.zeroRules()...)
+		out = append(out, ls)
+	}
+	st.mu.Lock()
+	for k, l := range st.overrides {
+		out = append(out, Limits{Name: l.Name(), Domain: k.domain, File: st.cfg.File(k.domain), Limiter: l, Rules: l.Rules()})
+	}
+	st.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
 
 // Register registers the Service on a gRPC server as
 // envoy.service.ratelimit.v3.RateLimitService.

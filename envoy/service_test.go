@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -531,4 +532,46 @@ func TestConcurrentExactAdmission(t *testing.T) {
 	}
 	// Denied requests charged nothing to the other descriptor.
 	h.check(h.ask("c", 0, desc("j", "x")), ok, want{ok, 1000, hour, 1000 - 51, 2790 * time.Second})
+}
+
+// A limit of 0 requests per unit refuses without a counter, and each
+// refusal is told to the Observer as a denial of its rule, with its key;
+// Limits lists that rule with the domain's counted ones.
+func TestZeroLimitObserved(t *testing.T) {
+	var mu sync.Mutex
+	var events []floodgate.Event
+	opts := &envoy.Options{}
+	opts.Limiter.Observer = func(_ context.Context, e floodgate.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}
+	h := start(t, loadEdge(t), nil, opts)
+	h.check(h.ask("edge", 0, desc("remote_address", "50.0.0.5")), over, want{over, 0, second, 0, time.Second})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 1 {
+		t.Fatalf("%d events for one refusal, want 1", len(events))
+	}
+	e := events[0]
+	rule := e.Outcome.Rule
+	if e.Limiter != "envoy.edge" || e.Outcome.Allowed || e.Outcome.Reason != floodgate.ReasonLimit || rule == "" ||
+		len(e.Outcome.Rules) != 1 || e.Outcome.Rules[0].Key != "remote_address=50.0.0.5" || e.Outcome.Rules[0].Allowed {
+		t.Errorf("event %+v, want a denial of envoy.edge's block rule for remote_address=50.0.0.5", e)
+	}
+	var names []string
+	for _, ls := range h.svc.Limits() {
+		if ls.Name != "envoy.edge" {
+			continue
+		}
+		for _, r := range ls.Rules {
+			names = append(names, r.Name)
+			if r.Name == rule && (r.Limit != 0 || r.Window != time.Second) {
+				t.Errorf("block rule %+v, want limit 0 per second", r)
+			}
+		}
+	}
+	if !slices.Contains(names, rule) || !slices.Contains(names, "remote_address") {
+		t.Errorf("Limits lists rules %q, want the block rule %q and remote_address", names, rule)
+	}
 }
