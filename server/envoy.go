@@ -15,13 +15,14 @@ import (
 
 // envoyOptions are the options of the Envoy service's limiters: the
 // configuration's global failure policy, breaker and store deadline, and
-// the server's observer, logger and clock. Domains that no Envoy file
+// the server's observer (metrics, top keys and the status page's counts),
+// logger and clock. Domains that no Envoy file
 // defines fall back to the YAML configuration's limiter of that name.
 func (s *Server) envoyOptions(c *config.Config) *envoy.Options {
 	o := floodgate.Options{
 		FailurePolicy: c.FailurePolicy,
 		Breaker:       c.Breaker,
-		Observer:      s.metrics.observe,
+		Observer:      s.observe,
 		Logger:        s.Logger,
 		Clock:         s.Clock,
 		Fallback:      s.Fallback,

@@ -27,16 +27,17 @@ func newLive(clock floodgate.Clock) *live {
 	return &live{tops: topkeys.New(&topkeys.Options{Clock: clock})}
 }
 
-// retain forgets the top keys of limiters and rules that set no longer
-// has, after a reload.
-func (lv *live) retain(set *limiterSet) {
+// retain forgets the top keys of limiters and rules that the service no
+// longer has, after a reload.
+func (lv *live) retain(observed []observedLimiter) {
 	lv.tops.Retain(func(limiter, rule string) bool {
-		l := set.byName[limiter]
-		if l == nil {
-			return false
+		for _, l := range observed {
+			if l.name == limiter {
+				_, ok := l.Rule(rule)
+				return ok
+			}
 		}
-		_, ok := l.Rule(rule)
-		return ok
+		return false
 	})
 }
 

@@ -101,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.records, m.refunds, m.selects, m.storeDuration, m.reloads, m.lastReload,
-		m.lastReloadOK, m.httpRequests, m.httpDuration, m.grpcRequests, m.grpcDuration, breakerCollector{s},
+		m.lastReloadOK, m.httpRequests, m.httpDuration, m.grpcRequests, m.grpcDuration, breakerCollector{s}, storeCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -261,8 +261,9 @@ func errorType(err error) string {
 	return "other"
 }
 
-// breakerCollector reports each current limiter's breaker state, read at
-// scrape time so that it follows reloads.
+// breakerCollector reports the breaker state of each current limiter, the
+// configuration's and the Envoy domains', read at scrape time so that it
+// follows reloads.
 type breakerCollector struct{ s *Server }
 
 var breakerDesc = prometheus.NewDesc("floodgate_breaker_state",
@@ -274,12 +275,10 @@ func (c breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- breakerDe
 
 // Collect implements prometheus.Collector.
 func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
-	set := c.s.limiters.Load()
-	if set == nil {
+	if c.s.limiters.Load() == nil {
 		return
 	}
-	for _, name := range set.names {
-		st := set.byName[name].Breaker()
-		ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(st), name)
+	for _, l := range c.s.observed() {
+		ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(l.Breaker()), l.Name())
 	}
 }

@@ -461,7 +461,7 @@ func (s *Server) Reload() error {
 	}
 	s.state.Store(&reloadState{loadedAt: now})
 	s.metrics.reloadOK(now)
-	s.live.retain(s.limiters.Load())
+	s.live.retain(s.observed())
 	return nil
 }
 

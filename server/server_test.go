@@ -488,9 +488,38 @@ floodgate_breaker_state{limiter="login"} 1
 	if n := testutil.CollectAndCount(ts.metrics.storeDuration); n != 6 {
 		t.Errorf("store duration series = %d, want 6", n)
 	}
+	// The service still answers as configured (the failure policies):
+	// ready, saying how it answers, and floodgate_store_reachable is 0.
 	code, _, b := ts.do("GET", "/readyz", "")
-	if code != http.StatusServiceUnavailable || !strings.Contains(string(b), "connection refused") {
-		t.Errorf("readyz with the store down: %d %s", code, b)
+	if want := `"store":{"reachable":false,"error":"dial tcp: connection refused","decisions":"failure_policy","fail_closed":["login"]}`; code != http.StatusOK ||
+		!strings.Contains(string(b), `"status":"degraded"`) || !strings.Contains(string(b), want) {
+		t.Errorf("readyz with the store down: %d %s, want 200, degraded and %s", code, b, want)
+	}
+	want = `
+# HELP floodgate_store_reachable 1 when the store answers a ping (within 250ms), 0 when it does not and the fallback or the failure policy decides.
+# TYPE floodgate_store_reachable gauge
+floodgate_store_reachable 0
+`
+	if err := testutil.GatherAndCompare(ts.reg, strings.NewReader(want), "floodgate_store_reachable"); err != nil {
+		t.Error(err)
+	}
+}
+
+// Readiness means the service answers decisions as configured: with a
+// fallback, a store that is down leaves it ready, saying the fallback
+// decides.
+func TestReadinessWithFallback(t *testing.T) {
+	fallback := memory.New(nil)
+	t.Cleanup(func() { fallback.Close() })
+	ts := newTestServer(t, testConfig, failingStore{pingErr: errors.New("dial tcp: connection refused")}, func(s *Server) {
+		s.Fallback = fallback
+	})
+	if d := ts.decide("/v1/check", `{"limiter":"login","attributes":{"account":"a"}}`); !d.Allowed || d.Reason == "store" {
+		t.Errorf("login on the fallback: %+v", d)
+	}
+	code, _, b := ts.do("GET", "/readyz", "")
+	if want := `"store":{"reachable":false,"error":"dial tcp: connection refused","decisions":"fallback"}`; code != http.StatusOK || !strings.Contains(string(b), want) {
+		t.Errorf("readyz with the store down and a fallback: %d %s, want 200 and %s", code, b, want)
 	}
 }
 

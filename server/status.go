@@ -1,13 +1,10 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"sort"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/store"
 )
 
 // limiterInfo and ruleInfo are GET /v1/limiters' view of the configuration.
@@ -140,91 +137,5 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpErr
 // handleHealthz serves GET /healthz: the process is alive.
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) *httpError {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	return nil
-}
-
-// readyzPingTimeout bounds /readyz's store ping, well under the 1s timeout
-// of a Kubernetes probe, so that a hung store makes the service unready
-// rather than the probe time out.
-const readyzPingTimeout = 250 * time.Millisecond
-
-// Pinger is implemented by stores that can tell whether they are reachable
-// (a Redis store). /readyz calls it, on the store or the store it
-// decorates (found through an Unwrap() store.Store method, as
-// store/overlimit has); stores without one are always reachable.
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// pinger returns the Pinger of st or of the stores st decorates.
-func pinger(st store.Store) (Pinger, bool) {
-	for st != nil {
-		if p, ok := st.(Pinger); ok {
-			return p, true
-		}
-		u, ok := st.(interface{ Unwrap() store.Store })
-		if !ok {
-			break
-		}
-		st = u.Unwrap()
-	}
-	return nil, false
-}
-
-type readiness struct {
-	Status string       `json:"status"`
-	Config configStatus `json:"config"`
-	Store  storeStatus  `json:"store"`
-}
-
-type configStatus struct {
-	File     string    `json:"file,omitempty"`
-	LoadedAt time.Time `json:"loaded_at"`
-	Limiters int       `json:"limiters"`
-	// LastReloadError is why the last reload was rejected; the
-	// configuration loaded at LoadedAt keeps serving meanwhile.
-	LastReloadError    string     `json:"last_reload_error,omitempty"`
-	LastReloadFailedAt *time.Time `json:"last_reload_failed_at,omitempty"`
-}
-
-type storeStatus struct {
-	Reachable bool   `json:"reachable"`
-	Error     string `json:"error,omitempty"`
-}
-
-// handleReadyz serves GET /readyz: 200 when a configuration is loaded and
-// the store answers, 503 otherwise (and while shutting down). A rejected
-// reload does not make the service unready (the previous configuration
-// serves), but it is reported in the detail.
-func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) *httpError {
-	set, st := s.limiters.Load(), s.state.Load()
-	out := readiness{Status: "ready"}
-	out.Config = configStatus{File: set.config.File, LoadedAt: st.loadedAt.UTC(), Limiters: len(set.names)}
-	if st.err != nil {
-		out.Config.LastReloadError = st.err.Error()
-		at := st.failedAt.UTC()
-		out.Config.LastReloadFailedAt = &at
-	}
-	out.Store.Reachable = true
-	if p, ok := pinger(s.Store); ok {
-		ctx, cancel := context.WithTimeout(r.Context(), readyzPingTimeout)
-		err := p.Ping(ctx)
-		cancel()
-		if err != nil {
-			out.Store = storeStatus{Error: err.Error()}
-		}
-	}
-	status := http.StatusOK
-	select {
-	case <-s.done:
-		out.Status = "shutting down"
-		status = http.StatusServiceUnavailable
-	default:
-		if !out.Store.Reachable {
-			out.Status = "store unreachable"
-			status = http.StatusServiceUnavailable
-		}
-	}
-	writeJSON(w, status, out)
 	return nil
 }

@@ -53,7 +53,10 @@ type statusData struct {
 }
 
 type statusLimiter struct {
-	Name          string `json:"name"`
+	Name string `json:"name"`
+	// EnvoyDomain is the Envoy domain the limiter serves, "" for one of
+	// the configuration's limiters.
+	EnvoyDomain   string `json:"envoy_domain,omitempty"`
 	FailurePolicy string `json:"failure_policy"`
 	Shadow        bool   `json:"shadow"`
 	Breaker       string `json:"breaker"`
@@ -70,9 +73,10 @@ type statusRuleOf struct {
 	Key       []string `json:"key"`
 }
 
-// handleStatusData serves GET /status/data: per limiter, the last
-// rateSeconds seconds of decisions by result, the breaker, and each rule
-// with its top denied keys over span (default 5m).
+// handleStatusData serves GET /status/data: per limiter (the
+// configuration's, then the Envoy domains'), the last rateSeconds seconds
+// of decisions by result, the breaker, and each rule with its top denied
+// keys over span (default 5m).
 func (s *Server) handleStatusData(w http.ResponseWriter, r *http.Request) *httpError {
 	span := defaultTopSpan
 	if v := r.URL.Query().Get("span"); v != "" {
@@ -82,32 +86,28 @@ func (s *Server) handleStatusData(w http.ResponseWriter, r *http.Request) *httpE
 		}
 		span = d
 	}
-	set, st := s.limiters.Load(), s.state.Load()
 	now := time.Now()
 	out := statusData{
-		Now:     now.UTC(),
-		Config:  configStatus{File: set.config.File, LoadedAt: st.loadedAt.UTC(), Limiters: len(set.names)},
-		Results: results[:],
-		Seconds: rateSeconds,
-		Span:    span.String(),
+		Now:      now.UTC(),
+		Config:   s.configStatus(),
+		Results:  results[:],
+		Seconds:  rateSeconds,
+		Span:     span.String(),
+		Limiters: []statusLimiter{}, // a list, even when nothing is configured
 	}
-	if st.err != nil {
-		out.Config.LastReloadError = st.err.Error()
-		at := st.failedAt.UTC()
-		out.Config.LastReloadFailedAt = &at
-	}
-	for _, cl := range set.config.Limiters {
-		l := set.byName[cl.Name]
+	for _, l := range s.observed() {
 		series := s.live.rates.series(l.Name(), now.Unix(), rateSeconds)
 		sl := statusLimiter{
 			Name:          l.Name(),
+			EnvoyDomain:   l.domain,
 			FailurePolicy: l.FailurePolicy().String(),
 			Shadow:        l.Shadow(),
 			Breaker:       l.Breaker().String(),
 			Start:         now.Unix() - rateSeconds,
 			Rates:         series[:],
+			Rules:         []statusRuleOf{},
 		}
-		for _, rl := range l.Rules() {
+		for _, rl := range l.rules {
 			rt, _, err := s.topOf(l.Name(), rl, topkeys.Denials, span, defaultTopN)
 			if err != nil {
 				return badRequest(err.Error())

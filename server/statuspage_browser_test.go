@@ -29,21 +29,8 @@ import (
 )
 
 func TestStatusPageInBrowser(t *testing.T) {
-	browser := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			browser = p
-			break
-		}
-	}
-	if browser == "" {
-		t.Fatal("headless Chromium is required: apt-get install chromium (scripts/test.sh installs it)")
-	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "floodgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/floodgate").CombinedOutput(); err != nil {
-		t.Fatalf("building floodgate: %v\n%s", err, out)
-	}
+	bin := buildFloodgate(t, dir)
 	const token = "page-test-token"
 	addr := freeAddr(t)
 	base := "http://" + addr
@@ -57,42 +44,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	waitReady(t, base)
 	limiters := sampleLimiters(t, base)
 
-	ctx, cancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(browser),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(filepath.Join(dir, "chromium")),
-		chromedp.WindowSize(1400, 1100),
-	)
-	defer cancel()
-	ctx, cancel = chromedp.NewContext(ctx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-
-	// Every console message, exception and browser log entry of warning
-	// level or above is a problem.
-	var mu sync.Mutex
-	var problems []string
-	console := chromedp.Console(ctx)
-	go func() {
-		for m, err := range console {
-			if err != nil {
-				return
-			}
-			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
-				mu.Lock()
-				problems = append(problems, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line+1))
-				mu.Unlock()
-			}
-		}
-	}()
-	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders,
-		network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + token}}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, problems := openBrowser(t, dir, token)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/status/"),
 		chromedp.WaitVisible(chromedp.CSS(`#limiter-api canvas`)),
@@ -156,10 +108,75 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, p := range problems {
+	for _, p := range problems() {
 		t.Errorf("browser: %s", p)
+	}
+}
+
+// buildFloodgate builds the floodgate binary into dir.
+func buildFloodgate(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "floodgate")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/floodgate").CombinedOutput(); err != nil {
+		t.Fatalf("building floodgate: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// openBrowser starts headless Chromium, its profile in dir, sending token
+// as the bearer token of every request. problems returns every console
+// message, exception and browser log entry of warning level or above so
+// far.
+func openBrowser(t *testing.T, dir, token string) (ctx context.Context, problems func() []string) {
+	t.Helper()
+	browser := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			browser = p
+			break
+		}
+	}
+	if browser == "" {
+		t.Fatal("headless Chromium is required: apt-get install chromium (scripts/test.sh installs it)")
+	}
+	ctx, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(filepath.Join(dir, "chromium")),
+		chromedp.WindowSize(1400, 1100),
+	)
+	t.Cleanup(cancel)
+	ctx, cancel = chromedp.NewContext(ctx)
+	t.Cleanup(cancel)
+	ctx, cancel = context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(cancel)
+
+	var mu sync.Mutex
+	var seen []string
+	console := chromedp.Console(ctx)
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
+				mu.Lock()
+				seen = append(seen, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line+1))
+				mu.Unlock()
+			}
+		}
+	}()
+	if _, err := chromedp.Call(ctx, network.SetExtraHTTPHeaders,
+		network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": "Bearer " + token}}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
 	}
 }
 

@@ -53,15 +53,17 @@ type topKey struct {
 
 // handleTop serves GET /v1/top (admin): the keys of a limiter's rules with
 // the most denials (kind=denials, the default) or decisions
-// (kind=decisions) over the last span (default 5m, at most 15m).
+// (kind=decisions) over the last span (default 5m, at most 15m). The
+// limiter is one of the configuration's or an Envoy domain's
+// ("envoy.edge").
 func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) *httpError {
 	q := r.URL.Query()
 	name := q.Get("limiter")
 	if name == "" {
 		return badRequest("limiter: must be set")
 	}
-	l := s.limiter(name)
-	if l == nil {
+	l, ok := s.observedLimiter(name)
+	if !ok {
 		return unknownLimiter("limiter", name)
 	}
 	span := defaultTopSpan
@@ -97,7 +99,7 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) *httpError {
 		}
 		rules = []floodgate.Rule{rl}
 	} else {
-		rules = l.Rules()
+		rules = l.rules
 	}
 	out := topResponse{Limiter: name, Kind: kind.String(), Span: span.String(), Rules: make([]ruleTops, 0, len(rules))}
 	for _, rl := range rules {

@@ -73,7 +73,7 @@ func (l *lateStore) Apply(ctx context.Context, b *store.Batch) error {
 }
 
 // Ping pings Redis once connected; until then it returns the last dial's
-// error (so /readyz answers 503).
+// error (so /readyz and floodgate_store_reachable report it).
 func (l *lateStore) Ping(ctx context.Context) error {
 	if s := l.s.Load(); s != nil {
 		return s.Ping(ctx)

@@ -35,8 +35,9 @@ function ago(iso) {
 function showConfig(c) {
   const box = document.getElementById("config");
   box.textContent = "";
-  box.append((c.file ? c.file : "built-in configuration") + ", " + c.limiters +
-    " limiters, loaded " + ago(c.loaded_at) + " (" + c.loaded_at.replace(/\.\d+/, "") + "); last reload: ");
+  let what = (c.file ? c.file : "built-in configuration") + ", " + c.limiters + " limiters";
+  if (c.envoy_domains !== undefined) what += ", " + c.envoy_domains + " Envoy domains";
+  box.append(what + ", loaded " + ago(c.loaded_at) + " (" + c.loaded_at.replace(/\.\d+/, "") + "); last reload: ");
   if (c.last_reload_error) {
     box.append(el("span", "err", "failed " + ago(c.last_reload_failed_at) + ": " + c.last_reload_error));
   } else {
@@ -64,7 +65,8 @@ function chartFor(l, results) {
   const opts = {
     width: Math.max(300, box.clientWidth || 520), height: 200,
     padding: [10, 28, 0, 0],
-    scales: { x: { time: true } },
+    // An idle limiter's chart spans 0 to 1, not uPlot's 0 to 100.
+    scales: { x: { time: true }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
     axes: [
       { space: 70, values: (u, ts) => ts.map(clock) },
       { label: "decisions/s", size: 60 },
@@ -84,6 +86,7 @@ function chartFor(l, results) {
 function showLimiter(l, results) {
   const c = chartFor(l, results);
   c.badges.textContent = "";
+  if (l.envoy_domain) c.badges.append(el("span", "badge", "Envoy domain " + l.envoy_domain), " ");
   c.badges.append(el("span", "badge " + l.breaker, "breaker " + l.breaker), " ",
     el("span", "badge", "fail " + l.failure_policy));
   if (l.shadow) c.badges.append(" ", el("span", "badge", "shadow"));
@@ -113,7 +116,9 @@ function showLimiter(l, results) {
       const ul = el("ul", "keys");
       for (const k of r.keys) {
         const li = el("li");
-        li.append(el("code", "", k.key));
+        const key = el("code", "", k.key);
+        key.title = k.key; // a long key is cut short on the page
+        li.append(key);
         li.append(el("span", "num", k.denials + (k.denials_error ? " ±" + k.denials_error : "") + " / " + k.decisions));
         ul.append(li);
       }
@@ -143,15 +148,18 @@ async function refresh() {
     const d = await resp.json();
     showConfig(d.config);
     const seen = new Set();
-    for (const l of d.limiters) {
+    const limiters = d.limiters || [];
+    for (const l of limiters) {
       showLimiter(l, d.results);
       seen.add(l.name);
     }
+    // Nothing configured is a state to show, not a failure.
+    document.getElementById("empty").hidden = limiters.length > 0;
     for (const [name, c] of charts) {
       if (!seen.has(name)) { c.plot.destroy(); c.section.remove(); charts.delete(name); }
     }
     failures = 0;
-    document.getElementById("updated").textContent = "updated " + new Date(d.now).toLocaleTimeString();
+    document.getElementById("updated").textContent = "updated " + clock(Date.parse(d.now) / 1000);
   } catch (e) {
     failures++;
     document.getElementById("updated").textContent = "update failed (" + e.message + "), retrying";

@@ -1,0 +1,82 @@
+package server
+
+import (
+	"github.com/floodgate-go/floodgate"
+)
+
+// observedLimiter is a limiter as operators see it in GET /v1/top, on the
+// status page and in floodgate_breaker_state: one of the configuration's,
+// or one serving Envoy domains (named "envoy." and the domain).
+type observedLimiter struct {
+	name string
+	// l decides; nil for an Envoy domain without counted limits.
+	l     *floodgate.Limiter
+	rules []floodgate.Rule
+	// domain is the Envoy domain, "" for a limiter of the configuration.
+	domain string
+}
+
+// FailurePolicy is the limiter's, or open for a domain without counted
+// limits (no store call of its can fail).
+func (o observedLimiter) FailurePolicy() floodgate.FailurePolicy {
+	if o.l == nil {
+		return floodgate.FailOpen
+	}
+	return o.l.FailurePolicy()
+}
+
+// Name is the limiter's name.
+func (o observedLimiter) Name() string { return o.name }
+
+// Breaker is the limiter's breaker state: closed without a limiter.
+func (o observedLimiter) Breaker() floodgate.BreakerState {
+	if o.l == nil {
+		return floodgate.BreakerClosed
+	}
+	return o.l.Breaker()
+}
+
+// Shadow reports whether the whole limiter runs dark.
+func (o observedLimiter) Shadow() bool { return o.l != nil && o.l.Shadow() }
+
+// Rule returns the limiter's rule named name.
+func (o observedLimiter) Rule(name string) (floodgate.Rule, bool) {
+	for _, r := range o.rules {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return floodgate.Rule{}, false
+}
+
+// observed lists the limiters operators see: the configuration's, in its
+// order, then the Envoy service's, sorted by name.
+func (s *Server) observed() []observedLimiter {
+	set := s.limiters.Load()
+	var out []observedLimiter
+	for _, cl := range set.config.Limiters {
+		l := set.byName[cl.Name]
+		out = append(out, observedLimiter{name: l.Name(), l: l, rules: l.Rules()})
+	}
+	if s.envoy != nil {
+		for _, ls := range s.envoy.Limits() {
+			out = append(out, observedLimiter{name: ls.Name, l: ls.Limiter, rules: ls.Rules, domain: ls.Domain})
+		}
+	}
+	return out
+}
+
+// observedLimiter returns the limiter operators see under name.
+func (s *Server) observedLimiter(name string) (observedLimiter, bool) {
+	if l := s.limiter(name); l != nil {
+		return observedLimiter{name: name, l: l, rules: l.Rules()}, true
+	}
+	if s.envoy != nil {
+		for _, ls := range s.envoy.Limits() {
+			if ls.Name == name {
+				return observedLimiter{name: ls.Name, l: ls.Limiter, rules: ls.Rules, domain: ls.Domain}, true
+			}
+		}
+	}
+	return observedLimiter{}, false
+}

@@ -1,0 +1,129 @@
+package server_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
+)
+
+// TestStatusPageEnvoyDomainsInBrowser opens the status page of floodgate
+// started as Envoy's reference service (its environment alone, a real
+// Redis, Envoy domains and no limiters of floodgate's own) in headless
+// Chromium: the domain is on the page with its decisions and its top
+// denied keys, block-list refusals (requests_per_unit: 0) included; once
+// its file is deleted, the page says that nothing is configured.
+func TestStatusPageEnvoyDomainsInBrowser(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildFloodgate(t, dir)
+	srv := redistest.Start(t)
+	root := filepath.Join(dir, "runtime")
+	domains := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(domains, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	edge := filepath.Join(domains, "edge.yaml")
+	const domain = `domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: blocked
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`
+	if err := os.WriteFile(edge, []byte(domain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const token = "page-test-token"
+	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	env := []string{
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr, "REDIS_TIMEOUT=2s", "USE_STATSD=false", "LOG_LEVEL=warn",
+		"FLOODGATE_ADMIN_TOKEN=" + token,
+	}
+	for name, addr := range map[string]string{"": httpAddr, "GRPC_": grpcAddr, "DEBUG_": debugAddr} {
+		host, port, _ := strings.Cut(addr, ":")
+		env = append(env, name+"HOST="+host, name+"PORT="+port)
+	}
+	ref := exec.Command(bin)
+	ref.Dir, ref.Env, ref.Stderr = dir, env, os.Stderr
+	if err := ref.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Process.Kill(); ref.Wait() })
+	base := "http://" + httpAddr
+	waitReady(t, base)
+
+	ctx, problems := openBrowser(t, dir, token)
+	const section = `section[id="limiter-envoy.edge"]`
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/status/"),
+		chromedp.WaitVisible(chromedp.CSS(section+` canvas`)),
+	); err != nil {
+		t.Fatalf("loading the page: %v", err)
+	}
+	names, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("main section h2")].map(h => h.textContent)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"envoy.edge"}; !slices.Equal(names, want) {
+		t.Errorf("page shows limiters %q, want %q", names, want)
+	}
+	header, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`header`)))
+	if err != nil || !strings.Contains(header, "0 limiters, 1 Envoy domains") {
+		t.Errorf("page header %q (%v), want it to count the Envoy domain", header, err)
+	}
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls := rlsv3.NewRateLimitServiceClient(conn)
+	ask := func(key, value string) {
+		t.Helper()
+		_, err := rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+			Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		ask("remote_address", "10.0.0.1") // 2 admitted, 8 denied
+		ask("blocked", "10.6.6.6")        // refused by requests_per_unit: 0
+	}
+	for rule, key := range map[string]string{"remote_address": "remote_address=10.0.0.1", "blocked": "blocked=10.6.6.6"} {
+		waitFor(t, ctx, 8*time.Second, key+" among "+rule+"'s top denied keys", func() bool {
+			row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` tr[data-rule="`+rule+`"]`)))
+			return err == nil && strings.Contains(row, key)
+		})
+	}
+	waitFor(t, ctx, 8*time.Second, "the chart to count the denials", func() bool {
+		now, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` .now`)))
+		return err == nil && strings.Contains(now, "denied")
+	})
+
+	// Nothing configured is said, not failed.
+	if err := os.Remove(edge); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 10*time.Second, "the page to say that nothing is configured", func() bool {
+		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+			`document.getElementById("empty").hidden + " " + document.querySelectorAll("main section").length + " " + document.getElementById("updated").textContent`))
+		return err == nil && strings.HasPrefix(state, "false 0 updated")
+	})
+	for _, p := range problems() {
+		t.Errorf("browser: %s", p)
+	}
+}
