@@ -106,6 +106,7 @@ func TestComposeFile(t *testing.T) {
 		Services map[string]struct {
 			Image       string            `yaml:"image"`
 			Command     []string          `yaml:"command"`
+			Restart     string            `yaml:"restart"`
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
 			Build       *struct {
@@ -123,6 +124,11 @@ func TestComposeFile(t *testing.T) {
 	fg := compose.Services["floodgate"]
 	if fg.Build == nil || fg.Build.Dockerfile != "Containerfile" || fg.Build.Context != "." {
 		t.Errorf("compose.yaml: floodgate should build the repository's Containerfile")
+	}
+	// It exits when Redis refuses it at start, and relies on the runtime
+	// to start it again (docs/operations.md).
+	if r := fg.Restart; r != "always" && r != "unless-stopped" && !strings.HasPrefix(r, "on-failure") {
+		t.Errorf("compose.yaml: floodgate's restart policy %q: it exits when Redis is not up yet; want unless-stopped, always or on-failure", r)
 	}
 	if got := strings.Join(fg.Command, " "); got != "/bin/ratelimit" {
 		t.Errorf("compose.yaml: floodgate's command %q: the example runs as the reference image does, /bin/ratelimit on its environment alone", got)

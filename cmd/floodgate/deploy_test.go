@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"net"
 	"os"
 	"os/exec"
@@ -255,10 +256,23 @@ func checkFloodgateContainer(t *testing.T, b *bundle, where string, pod k8sPodSp
 		if v, ok := flagValue(c.Args, "shutdown-timeout"); ok {
 			d, _ = time.ParseDuration(v)
 		}
-		if grace == nil || time.Duration(*grace)*time.Second <= d {
-			t.Errorf("%s: terminationGracePeriodSeconds should exceed --shutdown-timeout (%v)", where, d)
+		// docs/operations.md: drain a little longer than the readiness
+		// probe takes to see the instance fail.
+		var drain time.Duration
+		if v, ok := flagValue(c.Args, "drain"); ok {
+			drain, _ = time.ParseDuration(v)
+		}
+		if p := c.ReadinessProbe; p != nil {
+			period, failures := cmp.Or(p.PeriodSeconds, 10), cmp.Or(p.FailureThreshold, 3) // Kubernetes' defaults
+			if seen := time.Duration(period*failures) * time.Second; drain < seen {
+				t.Errorf("%s: --drain %v, want at least the readiness probe's periodSeconds × failureThreshold (%v), so that the Service drops the pod before its listeners close", where, drain, seen)
+			}
+		}
+		if grace == nil || time.Duration(*grace)*time.Second <= drain+d {
+			t.Errorf("%s: terminationGracePeriodSeconds should exceed --drain plus --shutdown-timeout (%v)", where, drain+d)
 		}
 	}
+	checkMemoryLimit(t, where, c)
 	if err := svc.stop(); err != nil {
 		t.Errorf("%s: floodgate serve did not stop cleanly: %v\n%s", where, err, svc.logText())
 	}
@@ -365,6 +379,28 @@ func checkPDBs(t *testing.T, b *bundle, deployments map[string]k8sDeployment) {
 		}
 		if !covered {
 			t.Errorf("%s: the selector matches no Deployment", where)
+		}
+	}
+}
+
+// checkMemoryLimit checks that GOMEMLIMIT, when set, leaves the container
+// headroom under its memory limit for what the Go heap limit does not
+// count (stacks, the runtime, the binary): at most 90% of it.
+func checkMemoryLimit(t *testing.T, where string, c k8sContainer) {
+	t.Helper()
+	limit, err := quantityBytes(c.Resources.Limits["memory"])
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" {
+			continue
+		}
+		if e.ValueFrom != nil {
+			t.Errorf("%s: GOMEMLIMIT from valueFrom is the whole memory limit (or, with a divisor, a number of bytes): set a value with headroom, such as 90%% of it", where)
+			continue
+		}
+		// Go spells its limit 230MiB, Kubernetes 230Mi.
+		got, gerr := quantityBytes(strings.TrimSuffix(e.Value, "B"))
+		if gerr != nil || err != nil || got > limit*9/10 {
+			t.Errorf("%s: GOMEMLIMIT=%s, want at most 90%% of the memory limit %s", where, e.Value, c.Resources.Limits["memory"])
 		}
 	}
 }

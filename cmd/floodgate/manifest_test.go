@@ -99,7 +99,9 @@ type k8sPort struct {
 }
 
 type k8sProbe struct {
-	HTTPGet *struct {
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
+	HTTPGet          *struct {
 		Path string `yaml:"path"`
 		Port string `yaml:"port"` // a number or a container port's name
 	} `yaml:"httpGet"`
