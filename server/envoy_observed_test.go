@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -32,6 +33,12 @@ descriptors:
 // that names only the store, as the reference mode does.
 func openEnvoyOnly(t *testing.T, dir string) *testServer {
 	t.Helper()
+	return openEnvoyOnlyLogging(t, dir, io.Discard)
+}
+
+// openEnvoyOnlyLogging is openEnvoyOnly logging to w.
+func openEnvoyOnlyLogging(t *testing.T, dir string, w io.Writer) *testServer {
+	t.Helper()
 	c, err := config.ParseWith("store.yaml", []byte("store:\n  memory: {max_keys: 1000}\n"), config.Options{EnvoyDomains: true})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +49,7 @@ func openEnvoyOnly(t *testing.T, dir string) *testServer {
 	s := &Server{
 		Config: c, Store: m, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", EnvoyConfigDir: dir,
 		AdminToken: "s3cret", Registerer: reg, Gatherer: reg,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(w, nil)),
 	}
 	if err := s.Open(); err != nil {
 		t.Fatal(err)
@@ -126,5 +133,20 @@ func TestStatusDataNothingConfigured(t *testing.T) {
 	code, _, b := ts.do("GET", "/status/data", "", "Authorization", "Bearer s3cret")
 	if code != http.StatusOK || !strings.Contains(string(b), `"limiters":[]`) || !strings.Contains(string(b), `"envoy_domains":0`) {
 		t.Errorf("GET /status/data with nothing configured: %d %s", code, b)
+	}
+}
+
+// Reloading the Envoy directory of a service without a configuration
+// file logs the domains, not an empty "config reloaded file=\"\" limiters=0".
+func TestEnvoyReloadLog(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "edge.yaml"), edgeDomain)
+	var logs syncbuf.Buffer
+	ts := openEnvoyOnlyLogging(t, dir, &logs)
+	if err := ts.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := logs.String(); strings.Contains(got, "config reloaded") || !strings.Contains(got, `msg="envoy rate limit configuration reloaded"`) {
+		t.Errorf("reload log:\n%s", got)
 	}
 }

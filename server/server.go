@@ -497,7 +497,9 @@ func (s *Server) reload() error {
 		s.Logger.Info("envoy rate limit configuration reloaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(ecfg.Domains(), ","))
 	}
 	s.limiters.Store(set)
-	s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
+	if s.ConfigPath != "" { // without one, only the Envoy directory was reloaded (logged above)
+		s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -203,6 +204,9 @@ func (e *env) redis(logger *slog.Logger) (*redis.Options, *config.Config) {
 		switch socket := strings.ToLower(e.str("REDIS_SOCKET_TYPE")); {
 		case strings.Contains(url, "://"):
 			o.URL = url
+		case socket == "unix" && isHostPort(url):
+			e.errs = append(e.errs, fmt.Sprintf("REDIS_URL=%q is a host:port, but REDIS_SOCKET_TYPE is unix (%s): set REDIS_SOCKET_TYPE=tcp",
+				url, map[bool]string{true: "the reference's default when it is unset", false: "as set"}[e.getenv("REDIS_SOCKET_TYPE") == ""]))
 		case socket == "unix":
 			o.URL = "unix://" + url
 		case socket == "tcp":
@@ -240,6 +244,33 @@ func (e *env) redis(logger *slog.Logger) (*redis.Options, *config.Config) {
 		o.TLS = e.redisTLS()
 	}
 	return o, &config.Config{File: "the reference service's environment", Store: config.Store{Redis: c}}
+}
+
+// boundAddr is the address ln listens on as the operator asked for it:
+// the requested host (0.0.0.0 stays 0.0.0.0, where Go's dual-stack
+// listener reports [::]) with the bound port (a requested port 0 is
+// chosen by the system).
+func boundAddr(requested string, ln net.Listener) string {
+	host, _, err := net.SplitHostPort(requested)
+	_, port, perr := net.SplitHostPort(ln.Addr().String())
+	if err != nil || perr != nil {
+		return ln.Addr().String()
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// isHostPort reports whether s is a host and a port number, not a socket
+// path.
+func isHostPort(s string) bool {
+	if strings.HasPrefix(s, "/") {
+		return false
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	_, err = strconv.Atoi(port)
+	return err == nil
 }
 
 // redisTLS builds the TLS configuration of REDIS_TLS_*.
@@ -337,7 +368,7 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 		extra = append(extra, hs)
 		go hs.Serve(ln)
-		logger.Info(name+" listener", "addr", ln.Addr().String())
+		logger.Info(name+" listener", "addr", boundAddr(addr, ln))
 		return nil
 	}
 	defer func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,9 @@ func TestReadReference(t *testing.T) {
 		"QUOTA_MODE=true":          "QUOTA_MODE=true: not supported",
 		"REDIS_TIMEOUT=soon":       `REDIS_TIMEOUT="soon"`,
 		"GRPC_SERVER_USE_TLS=true": "GRPC_SERVER_USE_TLS=true: not supported",
+		// REDIS_SOCKET_TYPE unset is unix: a host:port says what to set,
+		// rather than fail later as "dial unix: missing address".
+		"REDIS_URL=redis:6379": `REDIS_URL="redis:6379" is a host:port, but REDIS_SOCKET_TYPE is unix (the reference's default when it is unset): set REDIS_SOCKET_TYPE=tcp`,
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		_, err := readReference(getenvOf(map[string]string{k: v}), &logs)
@@ -117,5 +121,19 @@ func TestReferenceArgs(t *testing.T) {
 		if got := strings.Join(referenceArgs(tc.argv0, tc.args), " "); got != tc.want {
 			t.Errorf("referenceArgs(%q, %q) = %q, want %q", tc.argv0, tc.args, got, tc.want)
 		}
+	}
+}
+
+// The debug and Prometheus listeners are logged as asked for: 0.0.0.0, as
+// in the listening line, not the [::] of Go's dual-stack listener.
+func TestBoundAddr(t *testing.T) {
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if got, want := boundAddr("0.0.0.0:0", ln), "0.0.0.0:"+port; got != want {
+		t.Errorf("boundAddr(0.0.0.0:0) = %q (listener %s), want %q", got, ln.Addr(), want)
 	}
 }
