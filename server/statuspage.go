@@ -84,7 +84,7 @@ func (s *Server) handleStatusData(w http.ResponseWriter, r *http.Request) *httpE
 		if err != nil || d <= 0 || d > topkeys.MaxSpan {
 			return badRequest("span: want a duration of at most 15m such as 1m, 5m or 15m")
 		}
-		span = d
+		span = wholeMinutes(d)
 	}
 	now := time.Now()
 	out := statusData{

@@ -72,7 +72,7 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) *httpError {
 		if err != nil || d <= 0 || d > topkeys.MaxSpan {
 			return badRequest(fmt.Sprintf("span: want a duration of at most %v such as 1m, 5m or 15m, got %q", topkeys.MaxSpan, v))
 		}
-		span = d
+		span = wholeMinutes(d)
 	}
 	kind := topkeys.Denials
 	switch v := q.Get("kind"); v {
@@ -147,4 +147,10 @@ func (s *Server) topOf(limiter string, rl floodgate.Rule, kind topkeys.Kind, spa
 		out.Keys = append(out.Keys, k)
 	}
 	return out, rep.Since.UTC(), nil
+}
+
+// wholeMinutes rounds a span up to whole minutes, as the top keys count
+// it, so that the answer echoes the span it covers (90s is 2m).
+func wholeMinutes(d time.Duration) time.Duration {
+	return (d + time.Minute - 1).Truncate(time.Minute)
 }

@@ -45,6 +45,10 @@ func TestTopEndpoint(t *testing.T) {
 	if len(got.Rules) != 3 || got.Span != "5m0s" {
 		t.Fatalf("rules %+v span %s, want the 3 rules over 5m", got.Rules, got.Span)
 	}
+	// A span is counted in whole minutes, rounded up, and echoed so.
+	if _, _, b := ts.do("GET", "/v1/top?limiter=api&span=90s", "", auth...); !strings.Contains(string(b), `"span":"2m0s"`) {
+		t.Errorf("span=90s: %s, want the span echoed as 2m0s", b)
+	}
 	for _, r := range got.Rules {
 		if len(r.Keys) != 1 {
 			t.Fatalf("rule %s: keys %+v, want n=1", r.Rule, r.Keys)

@@ -37,6 +37,12 @@ func (p *keyPicker) next() uint64 {
 // appendNext appends the next key's value to b.
 func (p *keyPicker) appendNext(b []byte) []byte {
 	b = append(b, p.prefix...)
+	return p.appendNumber(b)
+}
+
+// appendNumber appends the next key's number alone to b, for a caller
+// that has written the prefix already (escaped, as in a JSON body).
+func (p *keyPicker) appendNumber(b []byte) []byte {
 	return strconv.AppendUint(b, p.next(), 10)
 }
 

@@ -69,8 +69,8 @@ func checkServer(t *testing.T, e *every3rd) *httptest.Server {
 			t.Errorf("request = %+v, want limiter api, one attribute, cost 1", body)
 		}
 		key, ok := body.Attributes["user"]
-		if !ok || !strings.HasPrefix(key, "user-") {
-			t.Errorf("attributes = %v, want user: user-N", body.Attributes)
+		if n, found := strings.CutPrefix(key, "user-"); !ok || !found || strings.Trim(n, "0123456789") != "" || n == "" {
+			t.Errorf("attributes = %v, want user: user-N (the prefix once, then digits)", body.Attributes)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"allowed": e.next(key), "reason": "", "limit": 10})

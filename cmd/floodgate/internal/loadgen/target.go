@@ -125,8 +125,8 @@ type checkResponse struct {
 func (s *httpSession) call(ctx context.Context) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.c.timeout)
 	defer cancel()
-	b := append(s.body[:0], s.c.prefix...)
-	b = s.keys.appendNext(b)
+	b := append(s.body[:0], s.c.prefix...) // ends with the key prefix
+	b = s.keys.appendNumber(b)
 	b = append(b, s.c.suffix...)
 	s.body = b
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.c.url, bytes.NewReader(b))
