@@ -46,7 +46,7 @@ func TestInvalid(t *testing.T) {
 			"duplicate_limiter.yaml:5:11: limiters[1].name: duplicate limiter name \"api\" (first defined at line 2)",
 		}},
 		{"duplicate_rule.yaml", []string{
-			"duplicate_rule.yaml:8:15: limiters[0].rules[1].name: duplicate rule name",
+			"duplicate_rule.yaml:8:15: limiters[0].rules[1].name: duplicate rule name \"per-user\" (first defined at line 4)",
 		}},
 		{"empty.yaml", []string{
 			"empty.yaml: empty configuration: it must define at least one limiter",
@@ -68,6 +68,9 @@ func TestInvalid(t *testing.T) {
 			"every_error.yaml:19:16: limiters[0].rules[2].burst: must be at least 1, got 0 (leave burst out for a burst of limit)",
 			"every_error.yaml:23:17: limiters[0].rules[3].window: must be at least 1ms, got 0s",
 			"every_error.yaml:25:40: limiters[0].rules[3].overrides[0].limit: must be at least 1, got 0",
+			// Duplicate names, beside the other errors.
+			"every_error.yaml:26:15: limiters[0].rules[4].name: duplicate rule name \"per-org\" (first defined at line 10)",
+			"every_error.yaml:30:11: limiters[1].name: duplicate limiter name \"api\" (first defined at line 3)",
 		}},
 		{"failure_policy.yaml", []string{
 			"failure_policy.yaml:1:17: failure_policy: must be open or closed, got \"ajar\"",

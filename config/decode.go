@@ -96,19 +96,22 @@ func (d *decoder) decode(data []byte) *Config {
 		if l.Name != "" {
 			named[l.Name] = true
 		}
-		if !ok {
-			continue
-		}
-		if strings.HasPrefix(l.Name, "envoy.") {
+		// Names are checked whatever else is wrong with the limiter, so
+		// that every error is reported at once.
+		switch first := seen[l.Name]; {
+		case l.Name == "":
+		case strings.HasPrefix(l.Name, "envoy."):
 			d.errorf(d.pos[p+".name"], p+".name", "names starting with \"envoy.\" are reserved for the domains of --envoy-config-dir")
 			continue
-		}
-		if first := seen[l.Name]; first != nil {
+		case first != nil:
 			d.errorf(d.pos[p+".name"], p+".name", "duplicate limiter name %q (first defined at line %d)", l.Name, first.Line)
 			continue
+		default:
+			seen[l.Name] = d.pos[p+".name"]
 		}
-		seen[l.Name] = d.pos[p+".name"]
-		c.Limiters = append(c.Limiters, l)
+		if ok {
+			c.Limiters = append(c.Limiters, l)
+		}
 	}
 	if n := f["token_classes"]; n != nil {
 		c.TokenClasses = d.tokenClasses(n, "token_classes")
@@ -210,7 +213,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known ...string) map[string
 		}
 		seen[key] = true
 		if known != nil && !slices.Contains(known, key) {
-			d.errorf(k, p, "unknown field%s", suggest(key, known))
+			d.errorf(k, p, "unknown field%s", yamlnode.Suggest(key, known, "fields"))
 			continue
 		}
 		d.pos[p] = v
@@ -234,43 +237,6 @@ func (d *decoder) attributes(n *yaml.Node, path string) floodgate.Attributes {
 		}
 	}
 	return out
-}
-
-// suggest names the closest known key, or lists them all.
-func suggest(key string, known []string) string {
-	best, dist := "", 3
-	for _, k := range known {
-		if e := editDistance(key, k); e < dist {
-			best, dist = k, e
-		}
-	}
-	if best != "" {
-		return fmt.Sprintf(" (did you mean %s?)", best)
-	}
-	return " (known fields: " + strings.Join(known, ", ") + ")"
-}
-
-func editDistance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 64
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // sequence returns the items of the list n: nil when n is not a list (an

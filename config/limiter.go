@@ -54,11 +54,21 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 	}
 	var sources []ruleSource
 	if v := f["rules"]; v != nil {
+		ruleNames := map[string]*yaml.Node{}
 		for i, item := range d.sequence(v, path+".rules") {
 			p := fmt.Sprintf("%s.rules[%d]", path, i)
 			before := len(d.errs)
 			r, src := d.rule(item, p, tierAttr)
 			d.checkRule(r, item, p, src, d.errs[before:])
+			// Checked here, not left to floodgate.New, so that it is
+			// reported with the limiter's other errors.
+			if at := d.pos[p+".name"]; r.Name != "" && at != nil {
+				if first := ruleNames[r.Name]; first != nil {
+					d.errorf(at, p+".name", "duplicate rule name %q (first defined at line %d)", r.Name, first.Line)
+				} else {
+					ruleNames[r.Name] = at
+				}
+			}
 			l.Rules = append(l.Rules, r)
 			sources = append(sources, src)
 		}

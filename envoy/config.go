@@ -122,22 +122,35 @@ func DirFiles(dir string) ([]string, error) {
 }
 
 // LoadFiles loads the named configuration files. Two files may not
-// configure the same domain.
+// configure the same domain: that is reported with the files' other
+// errors, even for a file that has some.
 func LoadFiles(paths ...string) (*Config, error) {
 	var files []*File
 	var errs []error
+	first := map[string]*File{} // by domain
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("envoy: %w", err))
 			continue
 		}
-		f, err := ParseFile(p, data)
+		f, err := parse(p, data)
+		dup := false
+		if f != nil && f.Domain != "" {
+			if prev := first[f.Domain]; prev != nil {
+				errs = append(errs, duplicateDomain(f, prev.Name))
+				dup = true
+			} else {
+				first[f.Domain] = f
+			}
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		files = append(files, f)
+		if !dup {
+			files = append(files, f)
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -152,8 +165,7 @@ func NewConfig(files ...*File) (*Config, error) {
 	var errs []error
 	for _, f := range files {
 		if prev := c.domains[f.Domain]; prev != nil {
-			errs = append(errs, &ConfigError{File: f.Name, Line: f.line, Column: 1, Field: "domain",
-				Reason: fmt.Sprintf("duplicate domain %q (also in %s)", f.Domain, prev.file)})
+			errs = append(errs, duplicateDomain(f, prev.file))
 			continue
 		}
 		d, err := newDomain(f)
@@ -167,6 +179,13 @@ func NewConfig(files ...*File) (*Config, error) {
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// duplicateDomain is the error of f, which configures a domain that the
+// file prev configures already.
+func duplicateDomain(f *File, prev string) *ConfigError {
+	return &ConfigError{File: f.Name, Line: f.line, Column: 1, Field: "domain",
+		Reason: fmt.Sprintf("duplicate domain %q (also in %s)", f.Domain, prev)}
 }
 
 // node is one level of a domain's descriptor tree: a descriptor of the file

@@ -70,7 +70,8 @@ func TestLoadDirSymlinks(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	for file, want := range map[string]string{
-		"unknown_key.yaml":          "testdata/invalid/unknown_key.yaml:4:5: descriptors[0].rate_limt: unknown key",
+		"ratelimit_key.yaml":        "testdata/invalid/ratelimit_key.yaml:4:5: descriptors[0].ratelimit: unknown key (did you mean rate_limit?)",
+		"unknown_key.yaml":          "testdata/invalid/unknown_key.yaml:4:5: descriptors[0].rate_limt: unknown key (did you mean rate_limit?)",
 		"bad_unit.yaml":             `testdata/invalid/bad_unit.yaml:5:13: descriptors[0].rate_limit.unit: unknown unit "fortnight": want one of second, minute, hour, day, week, month, year`,
 		"unlimited_unit.yaml":       "testdata/invalid/unlimited_unit.yaml:6:13: descriptors[0].rate_limit.unit: must not be set when unlimited is true",
 		"no_domain.yaml":            "testdata/invalid/no_domain.yaml:1:1: domain: missing: every file configures one domain",
@@ -101,7 +102,7 @@ func TestConfigErrors(t *testing.T) {
 // Every mistake in a file is reported, not just the first.
 func TestConfigErrorsJoined(t *testing.T) {
 	_, err := envoy.ParseFile("f.yaml", []byte("domain: ''\nextra: 1\ndescriptors:\n  - key: ''\n"))
-	want := "f.yaml:1:9: domain: must not be empty\nf.yaml:2:1: extra: unknown key\nf.yaml:4:10: descriptors[0].key: must not be empty"
+	want := "f.yaml:1:9: domain: must not be empty\nf.yaml:2:1: extra: unknown key (known keys: domain, descriptors)\nf.yaml:4:10: descriptors[0].key: must not be empty"
 	if err == nil || err.Error() != want {
 		t.Errorf("error = %v\nwant    %s", err, want)
 	}
@@ -155,5 +156,30 @@ func TestAliases(t *testing.T) {
 	_, err := envoy.ParseFile("bomb.yaml", []byte(bomb))
 	if err == nil || !strings.Contains(err.Error(), "more than 100000 descriptors") {
 		t.Errorf("error = %v", err)
+	}
+}
+
+// A duplicate domain is reported with the other files' errors, and with
+// the duplicate's own: validate's promise is every error at once.
+func TestDuplicateDomainWithOtherErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"a.yaml": "domain: shared\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"b.yaml": "domain: shared\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+		"c.yaml": "domain: other\ndescriptors:\n  - key: k\n    ratelimit: {unit: second, requests_per_unit: 1}\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := envoy.LoadDir(dir)
+	for _, want := range []string{
+		`b.yaml:1:1: domain: duplicate domain "shared" (also in ` + filepath.Join(dir, "a.yaml") + `)`,
+		`b.yaml:4:24: descriptors[0].rate_limit.unit: unknown unit "fortnight"`,
+		`c.yaml:4:5: descriptors[0].ratelimit: unknown key (did you mean rate_limit?)`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error = %v\nwant it to hold %s", err, want)
+		}
 	}
 }

@@ -42,7 +42,18 @@ import (
 //	    quota_mode: false               # true is an error
 //	    share_threshold: false          # wildcard values share one counter
 //	    descriptors: [...]              # nested descriptors
-func ParseFile(name string, data []byte) (f *File, err error) {
+func ParseFile(name string, data []byte) (*File, error) {
+	f, err := parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// parse is ParseFile, but a file with errors is returned too, holding
+// what could be read (its Domain, when it names one), so that a loader
+// can check it against the other files.
+func parse(name string, data []byte) (f *File, err error) {
 	p := &parser{file: name}
 	defer func() {
 		// The YAML decoder is not expected to panic, but a config loader
@@ -75,7 +86,7 @@ func ParseFile(name string, data []byte) (f *File, err error) {
 		case "descriptors":
 			descs = v
 		default:
-			p.unknown(k, "")
+			p.unknown(k, "", "domain", "descriptors")
 		}
 	}
 	if f.line == 0 {
@@ -85,7 +96,7 @@ func ParseFile(name string, data []byte) (f *File, err error) {
 		p.descriptors(f.root, descs, "descriptors", "")
 	}
 	if len(p.errs) > 0 {
-		return nil, p.err()
+		return f, p.err()
 	}
 	return f, nil
 }
@@ -110,8 +121,10 @@ func (p *parser) fail(n *yaml.Node, field, format string, args ...any) {
 		Reason: fmt.Sprintf(format, args...)})
 }
 
-func (p *parser) unknown(k *yaml.Node, path string) {
-	p.fail(k, yamlnode.Join(path, k.Value), "unknown key")
+// unknown reports the key k under path, naming the closest of the keys
+// known there ("did you mean rate_limit?").
+func (p *parser) unknown(k *yaml.Node, path string, known ...string) {
+	p.fail(k, yamlnode.Join(path, k.Value), "unknown key%s", yamlnode.Suggest(k.Value, known, "keys"))
 }
 
 // mapping checks that *np is a mapping without repeated keys, resolving
@@ -237,7 +250,8 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 					shareNode = k
 				}
 			default:
-				p.unknown(k, f)
+				p.unknown(k, f, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
+					"value_to_metric", "metadata", "quota_mode", "share_threshold")
 			}
 		}
 		if keyNode == nil {
@@ -316,7 +330,7 @@ func (p *parser) rateLimit(n *yaml.Node, field, path string) *leaf {
 		case "floodgate":
 			extNode = v
 		default:
-			p.unknown(k, field)
+			p.unknown(k, field, "unit", "requests_per_unit", "unit_multiplier", "unlimited", "name", "replaces", "floodgate")
 		}
 	}
 	u, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(unit)]
@@ -368,7 +382,7 @@ func (p *parser) replaces(l *leaf, v *yaml.Node, field string) {
 		for j := 0; j+1 < len(item.Content); j += 2 {
 			k, val := item.Content[j], item.Content[j+1]
 			if k.Value != "name" {
-				p.unknown(k, f)
+				p.unknown(k, f, "name")
 				continue
 			}
 			name = p.str(val, f+".name")
@@ -405,7 +419,7 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 		case "burst":
 			l.burst, burstNode = int64(p.uint(v, f, 32)), v
 		default:
-			p.unknown(k, field)
+			p.unknown(k, field, "algorithm", "burst")
 		}
 	}
 	if l.unlimited {

@@ -646,6 +646,7 @@ func TestValidateCommand(t *testing.T) {
 	out, err := exec.Command(binary, "validate", good, bad).CombinedOutput()
 	want := good + ": ok (2 limiters, memory store)\n" +
 		bad + ":8:9: limiters[0].rules[0].windw: unknown field (did you mean window?)\n" +
+		bad + ":9:11: limiters[1].name: duplicate limiter name \"api\" (first defined at line 2)\n" +
 		bad + ":10:34: limiters[1].rules[0].algorithm: unknown algorithm \"magic\" (want one of fixed_window, sliding_window, token_bucket, gcra, concurrency)\n"
 	if code := exitCode(err); code != 1 || string(out) != want {
 		t.Errorf("validate good bad: exit %d\n%s\nwant exit 1\n%s", code, out, want)

@@ -3,7 +3,9 @@
 package yamlnode
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -44,4 +46,44 @@ func Join(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// Suggest completes an "unknown field" message: the closest of the known
+// keys, " (did you mean window?)", or, when none is close, all of them
+// (" (known fields: a, b)", noun being what the loader calls its keys).
+func Suggest(key string, known []string, noun string) string {
+	best, dist := "", 3
+	for _, k := range known {
+		if e := editDistance(key, k); e < dist {
+			best, dist = k, e
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf(" (did you mean %s?)", best)
+	}
+	return " (known " + noun + ": " + strings.Join(known, ", ") + ")"
+}
+
+// editDistance is the Levenshtein distance of two short strings.
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
