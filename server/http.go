@@ -98,10 +98,14 @@ type refundRequest struct {
 // /v1/record and /v1/select answer it. Its shape is a contract
 // (docs/http-api.md); clients such as `floodgate check` decode into it.
 type DecisionResponse struct {
-	Allowed      bool           `json:"allowed"`
-	Reason       string         `json:"reason"`
-	Rule         string         `json:"rule"`
-	Limit        int64          `json:"limit"`
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason"`
+	Rule    string `json:"rule"`
+	Limit   int64  `json:"limit"`
+	// Capacity is the binding rule's capacity (see RuleResponse), which
+	// Remaining counts against: a token bucket's limit is its rate, its
+	// capacity its burst.
+	Capacity     int64          `json:"capacity"`
 	Remaining    int64          `json:"remaining"`
 	ResetAfterMS int64          `json:"reset_after_ms"`
 	RetryAfterMS int64          `json:"retry_after_ms"`
@@ -150,7 +154,11 @@ func (s *Server) respond(d *floodgate.Decision, rules []floodgate.RuleDecision, 
 		Ticket:       ticket,
 		Rules:        make([]RuleResponse, 0, len(rules)),
 	}
+	out.Capacity = d.Limit
 	for _, r := range rules {
+		if r.Name == d.Rule {
+			out.Capacity = r.Capacity
+		}
 		out.Rules = append(out.Rules, RuleResponse{
 			Name:         r.Name,
 			Allowed:      r.Allowed,

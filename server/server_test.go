@@ -150,7 +150,7 @@ func TestCheckResponseShape(t *testing.T) {
 	if err := json.Unmarshal(b, &generic); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"allowed", "reason", "limit", "remaining", "reset_after_ms", "retry_after_ms", "ticket", "rules"} {
+	for _, k := range []string{"allowed", "reason", "limit", "capacity", "remaining", "reset_after_ms", "retry_after_ms", "ticket", "rules"} {
 		if _, ok := generic[k]; !ok {
 			t.Errorf("response lacks %q: %s", k, b)
 		}
@@ -158,7 +158,7 @@ func TestCheckResponseShape(t *testing.T) {
 	var d DecisionResponse
 	json.Unmarshal(b, &d)
 	want := DecisionResponse{
-		Allowed: true, Rule: "per-user", Limit: 3, Remaining: 2, ResetAfterMS: 1000,
+		Allowed: true, Rule: "per-user", Limit: 3, Capacity: 3, Remaining: 2, ResetAfterMS: 1000,
 		Ticket: d.Ticket,
 		Rules: []RuleResponse{
 			{Name: "per-user", Allowed: true, Limit: 3, Capacity: 3, Remaining: 2, ResetAfterMS: 1000},
@@ -175,7 +175,8 @@ func TestCheckResponseShape(t *testing.T) {
 }
 
 // TestRuleCapacity: a token bucket's limit is its rate, and its remaining
-// counts against its burst, which capacity reports (as overridden).
+// counts against its burst, which capacity reports (as overridden), for
+// the rule and, when it binds, for the decision.
 func TestRuleCapacity(t *testing.T) {
 	ts := newTestServer(t, `
 limiters:
@@ -208,6 +209,10 @@ limiters:
 		if r := d.Rules[0]; r.Limit != tc.limit || r.Capacity != tc.capacity || r.Remaining != tc.remaining {
 			t.Errorf("%s: limit %d, capacity %d, remaining %d; want %d, %d, %d",
 				tc.body, r.Limit, r.Capacity, r.Remaining, tc.limit, tc.capacity, tc.remaining)
+		}
+		if d.Limit != tc.limit || d.Capacity != tc.capacity || d.Remaining != tc.remaining {
+			t.Errorf("%s: the decision's limit %d, capacity %d, remaining %d; want %d, %d, %d",
+				tc.body, d.Limit, d.Capacity, d.Remaining, tc.limit, tc.capacity, tc.remaining)
 		}
 	}
 }

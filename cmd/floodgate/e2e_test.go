@@ -190,6 +190,7 @@ type decision struct {
 	Reason       string `json:"reason"`
 	Rule         string `json:"rule"`
 	Limit        int64  `json:"limit"`
+	Capacity     int64  `json:"capacity"`
 	Remaining    int64  `json:"remaining"`
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
