@@ -335,6 +335,10 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 		return fmt.Errorf("redis (%s): %w", describeRedis(r.config.Store.Redis), err)
 	}
 	defer store.Close()
+	if len(r.redis.Cluster) > 0 && !store.Cluster() {
+		logger.Warn("REDIS_TYPE=CLUSTER, but Redis is not a Cluster (cluster_enabled:0): floodgate uses it as a single node; set REDIS_TYPE=SINGLE (and REDIS_SOCKET_TYPE=tcp)",
+			"redis", describeRedis(r.config.Store.Redis))
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -98,7 +98,7 @@ var referenceEnv = []envVar{
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "false", honoured, "/healthcheck fails while no domain is loaded"},
 
 	{"REDIS_SOCKET_TYPE", "unix", honoured, "tcp or unix; unix (the default) with a host:port REDIS_URL stops the start, saying to set tcp"},
-	{"REDIS_TYPE", "SINGLE", honoured, "SINGLE, SENTINEL (REDIS_URL is master,sentinel1,...) or CLUSTER (REDIS_URL lists seed nodes)"},
+	{"REDIS_TYPE", "SINGLE", honoured, "SINGLE, SENTINEL (REDIS_URL is master,sentinel1,...) or CLUSTER (REDIS_URL lists seed nodes; a Redis that is not a Cluster is used as a single node, with a warning)"},
 	{"REDIS_URL", "/var/run/nutcracker/ratelimit.sock", honoured, "host:port, a socket path, or a comma-separated list; redis:// URLs too"},
 	{"REDIS_AUTH", "", honoured, "password, or user:password"},
 	{"REDIS_SENTINEL_AUTH", "", honoured, "the sentinels' password"},

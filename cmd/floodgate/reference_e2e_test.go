@@ -620,6 +620,20 @@ func TestReferenceRedisTopologies(t *testing.T) {
 		s := startReference(t, env)
 		newRefTarget(t, s.grpc, s.http, root, false).all()
 	})
+	// Seed nodes that are not a Cluster: served as a single node, with a
+	// warning that says what to set.
+	t.Run("cluster on a single node", func(t *testing.T) {
+		srv := redistest.Start(t)
+		root := refRuntime(t)
+		env := referenceEnvFor(root, srv.Addr)
+		env["REDIS_TYPE"] = "CLUSTER"
+		s := startReference(t, env)
+		r := newRefTarget(t, s.grpc, s.http, root, false)
+		r.expect("cluster on a single node", r.ask("basic", []string{"key1", "single"}), ok, refStatus{ok, 50, second, 49})
+		if !strings.Contains(s.logs.String(), "set REDIS_TYPE=SINGLE") {
+			t.Errorf("REDIS_TYPE=CLUSTER on a single Redis accepted without a word:\n%s", s.logs)
+		}
+	})
 	t.Run("sentinel", func(t *testing.T) {
 		master := redistest.Start(t)
 		sentinel := redistest.StartSentinel(t, master)

@@ -323,6 +323,10 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 	case err != nil:
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
+	if len(opts.Cluster) > 0 && !s.Cluster() {
+		logger.Warn("store.redis.cluster names a Redis that is not a Cluster (cluster_enabled:0): floodgate uses it as a single node; set store.redis.url instead",
+			"redis", redisTarget(r))
+	}
 	return withDenyCache(s, r.DenyCacheSize), func() { s.Close() }, nil
 }
 

@@ -149,6 +149,11 @@ func clientOption(opts *Options) (rueidis.ClientOption, error) {
 	return co, nil
 }
 
+// Cluster reports whether the store talks to a Redis Cluster. A client
+// given cluster seed nodes that are not a Cluster runs on them as on a
+// single node, and reports false.
+func (s *Store) Cluster() bool { return s.c.Mode() == rueidis.ClientModeCluster }
+
 // Close releases the connections New opened (not a client passed to
 // NewFromClient).
 func (s *Store) Close() error {
