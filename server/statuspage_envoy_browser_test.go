@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -83,6 +84,18 @@ descriptors:
 	header, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`header`)))
 	if err != nil || !strings.Contains(header, "0 limiters, 1 Envoy domains") {
 		t.Errorf("page header %q (%v), want it to count the Envoy domain", header, err)
+	}
+	// The header's clock is a 24-hour one, as the chart's axis is.
+	waitFor(t, ctx, 5*time.Second, "the header's update time", func() bool {
+		updated, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#updated`)))
+		return err == nil && strings.HasPrefix(updated, "updated ")
+	})
+	if updated, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#updated`))); !regexp.MustCompile(`^updated \d\d:\d\d:\d\d$`).MatchString(updated) {
+		t.Errorf("header says %q, want a 24-hour hh:mm:ss", updated)
+	}
+	// An idle limiter's chart spans 0 to 1 decision a second, not 0 to 100.
+	if top, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`charts.get("envoy.edge").plot.scales.y.max`)); err != nil || top != 1 {
+		t.Errorf("idle chart's y axis tops at %v (%v), want 1", top, err)
 	}
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
