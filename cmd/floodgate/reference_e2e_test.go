@@ -619,6 +619,9 @@ func TestReferenceRedisTopologies(t *testing.T) {
 		env["REDIS_TYPE"] = "CLUSTER"
 		s := startReference(t, env)
 		newRefTarget(t, s.grpc, s.http, root, false).all()
+		if strings.Contains(s.logs.String(), "not a Cluster") {
+			t.Errorf("a real Cluster taken for a single node:\n%s", s.logs)
+		}
 	})
 	// Seed nodes that are not a Cluster: served as a single node, with a
 	// warning that says what to set.
