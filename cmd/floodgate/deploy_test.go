@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -90,17 +91,23 @@ func checkFloodgateContainer(t *testing.T, b *bundle, where string, pod k8sPodSp
 	if !pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser == 0 {
 		t.Errorf("%s: the pod should run as a non-root user (runAsNonRoot, runAsUser 65532 as in the image)", where)
 	}
-	// The reference-environment mode: the reference image's command, or
-	// no command and no args with the reference's environment (the
-	// image's entrypoint, floodgate serve, then runs as the reference).
-	// Anything else passes args to floodgate serve.
-	envMode := strings.Join(c.Command, " ") == "/bin/ratelimit" ||
+	// The reference-environment mode: the reference image's command, in
+	// place of the image's entrypoint (command) or after it (args), as
+	// the runtime builds the argument vector; or no command and no args
+	// with the reference's environment (the image's entrypoint, floodgate
+	// serve, then runs as the reference). Anything else passes args to
+	// floodgate serve.
+	argv0 := append(imageEntrypoint(t), c.Args...)
+	if len(c.Command) > 0 {
+		argv0 = append(append([]string{}, c.Command...), c.Args...)
+	}
+	envMode := strings.Join(referenceArgs(argv0[0], argv0[1:]), " ") == "ratelimit" ||
 		len(c.Command) == 0 && len(c.Args) == 0 && referenceMode(func(name string) string { v, _ := c.env(name); return v })
 	if len(c.Command) > 0 && !envMode {
 		t.Errorf("%s: command %q replaces the image's entrypoint (floodgate serve); pass args, or /bin/ratelimit alone", where, c.Command)
 	}
-	if envMode && len(c.Args) > 0 {
-		t.Errorf("%s: /bin/ratelimit is configured by the environment alone; args %q", where, c.Args)
+	if i := slices.IndexFunc(argv0, isReferenceCommand); envMode && i >= 0 && i+1 < len(argv0) {
+		t.Errorf("%s: /bin/ratelimit is configured by the environment alone: %q after it are ignored", where, argv0[i+1:])
 	}
 	if _, ok := c.Resources.Limits["memory"]; !ok {
 		t.Errorf("%s: no memory limit", where)
