@@ -13,7 +13,7 @@
 //
 // Background reclamation stays off: a sweep may forget an expired token
 // bucket that a decision read but did not write, which the model keeps
-// (full only at the burst of its last write; see algo.FixedExpiry), so a
+// (full only at the burst of its last write), so a
 // sweep between two steps that change a rule's burst would make the
 // answers depend on when it ran. The memory store's own tests cover the
 // sweeper.

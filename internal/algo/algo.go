@@ -82,13 +82,6 @@ func (s *State) Reset() {
 // that is kept only when the decision charges (see the package doc).
 func InPlace(k store.Algorithm) bool { return k == store.SlidingWindow || k == store.Concurrency }
 
-// FixedExpiry reports whether a key of kind k that reached its Expiry
-// means "nothing held" under any limits: true for all but token buckets,
-// which are full only at the burst their expiry was computed with. A store
-// forgets an expired token bucket that a decision read but did not write
-// only in the background (where its limits may since have been raised).
-func FixedExpiry(k store.Algorithm) bool { return k != store.TokenBucket }
-
 // Normalize brings s to the time now under the limits of p.
 func Normalize(p *Params, s *State, now int64) {
 	switch p.Algorithm {

@@ -343,3 +343,40 @@ func must(o floodgate.Outcome, err error) floodgate.Outcome {
 	}
 	return o
 }
+
+// TestWindowOutlivesLaterUncharged: decisions may reach the store out of
+// their time order (each carries its limiter's clock reading). A first-hit
+// window that is full must still refuse a decision timed inside it after a
+// later-timed decision that charged nothing (another rule denied) has
+// seen it expire. That decision used to forget the window, and the
+// earlier-timed one then opened a new window and was admitted: 21 of 20
+// in one window.
+func TestWindowOutlivesLaterUncharged(t *testing.T) {
+	s := memory.New(&memory.Options{SweepInterval: -1})
+	defer s.Close()
+	clock := floodgate.NewManualClock(floodEpoch)
+	lim, err := floodgate.New("order", s, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 20, Window: 250 * time.Millisecond, Key: []string{"user"}},
+		{Name: "per-org", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"org"}},
+	}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d := lim.Allow(ctx, floodgate.Attributes{"org": "acme"}); !d.Allowed {
+		t.Fatal("the org's one unit was refused")
+	}
+	for i := range 20 {
+		if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1"}); !d.Allowed {
+			t.Fatalf("consume %d of 20 refused", i+1)
+		}
+	}
+	clock.Advance(251 * time.Millisecond)
+	if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1", "org": "acme"}); d.Allowed {
+		t.Fatal("the org's second unit was admitted")
+	}
+	clock.Advance(-2 * time.Millisecond) // a decision timed at +249 ms arrives late
+	if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1"}); d.Allowed {
+		t.Fatal("a 21st unit was admitted in the first window")
+	}
+}
