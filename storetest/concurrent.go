@@ -370,17 +370,20 @@ func checkSliding(t *testing.T, c *liveCase, ds []liveDecision) {
 }
 
 // checkLeases bounds the leases certainly held at once: admitted by the
-// end of its call and not yet asked to be released. It sweeps those
-// instants in time order.
+// end of its call, not yet asked to be released and not yet lapsed. It
+// sweeps those instants in time order.
 func checkLeases(t *testing.T, c *liveCase, ds []liveDecision) {
 	type event struct {
 		at    int64
 		delta int64
 	}
 	var evs []event
+	w := c.rule.Window.Microseconds()
 	for _, d := range ds {
-		if d.allowed && d.recv < d.refSent {
-			evs = append(evs, event{d.recv, 1}, event{d.refSent, -1})
+		// Held from the end of its call until the release was asked for,
+		// or the lease lapsed (a window after the call started).
+		if end := min(d.refSent, d.sent+w); d.allowed && d.recv < end {
+			evs = append(evs, event{d.recv, 1}, event{end, -1})
 		}
 	}
 	// At equal instants releases go first: a lease asked to be released

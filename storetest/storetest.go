@@ -18,6 +18,11 @@
 // answers depend on when it ran. The memory store's own tests cover the
 // sweeper.
 //
+// RunConcurrent is the suite's other part: it drives a store as
+// production does, on its own clock, with many callers on one key and
+// windows that turn during the run, and checks the bounds no schedule may
+// break (and, for a remote store, every key's TTL).
+//
 // The suite drives the store through the public Limiter API with a
 // floodgate.ManualClock, so a store must take the time of each decision from
 // Batch.Now (a remote store needs an option for that). It shares one store

@@ -27,8 +27,10 @@ type Options struct {
 	// GOMAXPROCS and MaxKeys.
 	Shards int
 	// SweepInterval is how often expired keys are reclaimed in the
-	// background; 0 means 1s, a negative value disables the sweeper
-	// (expired keys are then reclaimed only by eviction).
+	// background, a second after they expire (a decision may reach the
+	// store that much after a later-timed one); 0 means 1s, a negative
+	// value disables the sweeper (expired keys are then reclaimed only by
+	// eviction).
 	SweepInterval time.Duration
 }
 

@@ -177,8 +177,8 @@ func testSweeperReclaims(t *testing.T, shards int) {
 	if n := store.Len(); n != 100 {
 		t.Fatalf("Len() = %d, want 100", n)
 	}
-	clock.Advance(time.Second)
-	l.Allow(ctx, ip("late")) // the only key whose window is still open
+	clock.Advance(2 * time.Second) // the windows have ended a second ago
+	l.Allow(ctx, ip("late"))       // the only key whose window is still open
 	deadline := time.Now().Add(5 * time.Second)
 	for store.Len() != 1 && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Millisecond)
@@ -378,5 +378,30 @@ func TestWindowOutlivesLaterUncharged(t *testing.T) {
 	clock.Advance(-2 * time.Millisecond) // a decision timed at +249 ms arrives late
 	if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1"}); d.Allowed {
 		t.Fatal("a 21st unit was admitted in the first window")
+	}
+}
+
+// TestSweeperSparesLateDecisions: the sweeper does not reclaim a window
+// that has just ended while a decision timed inside it may still arrive.
+// It used to reclaim it at once, and such a decision opened the window
+// again and was admitted over its limit.
+func TestSweeperSparesLateDecisions(t *testing.T) {
+	s := memory.New(&memory.Options{SweepInterval: time.Millisecond})
+	defer s.Close()
+	l, clock := floodLimiter(t, s, floodgate.Rule{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 20,
+		Window: 250 * time.Millisecond, Align: floodgate.AlignClock, Key: []string{"ip"}})
+	ctx := context.Background()
+	clock.Set(floodEpoch.Truncate(250 * time.Millisecond).Add(time.Millisecond))
+	for range 20 {
+		if d := l.Allow(ctx, ip("hot")); !d.Allowed {
+			t.Fatal("the window's 20 units were not all admitted")
+		}
+	}
+	clock.Advance(250 * time.Millisecond) // the next window
+	l.Allow(ctx, ip("other"))
+	time.Sleep(50 * time.Millisecond) // many sweeps
+	clock.Advance(-2 * time.Millisecond)
+	if d := l.Allow(ctx, ip("hot")); d.Allowed {
+		t.Fatal("a decision timed in the full window, arriving after the sweep, was admitted")
 	}
 }
