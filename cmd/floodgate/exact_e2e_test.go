@@ -27,10 +27,18 @@ import (
 // several instances on one hot key, and fresh keys in concurrent bursts.
 
 // exactLoad is how long TestHotKeyAcrossInstances sends (FLOODGATE_EXACT_LOAD
-// sets it, as `make load-exact` does for a long run) and over how many
-// instances (FLOODGATE_EXACT_INSTANCES).
-func exactLoad(t *testing.T) (time.Duration, int) {
-	d, n := 3*time.Second, 3
+// sets it, as `make load-exact` does for a long run), over how many
+// instances (FLOODGATE_EXACT_INSTANCES), and the percentage of the callers
+// that send to the first instance (FLOODGATE_EXACT_FIRST; 0: callers are
+// spread evenly).
+func exactLoad(t *testing.T) (time.Duration, int, int) {
+	d, n, first := 3*time.Second, 3, 0
+	if v := os.Getenv("FLOODGATE_EXACT_FIRST"); v != "" {
+		var err error
+		if first, err = strconv.Atoi(v); err != nil || first < 0 || first > 100 {
+			t.Fatalf("FLOODGATE_EXACT_FIRST=%q: want a percentage", v)
+		}
+	}
 	if v := os.Getenv("FLOODGATE_EXACT_LOAD"); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil {
@@ -43,7 +51,7 @@ func exactLoad(t *testing.T) (time.Duration, int) {
 			t.Fatalf("FLOODGATE_EXACT_INSTANCES=%q: want a whole number of at least 1", v)
 		}
 	}
-	return d, n
+	return d, n, first
 }
 
 // TestHotKeyAcrossInstances: instances of floodgate serve on one Redis,
@@ -56,7 +64,7 @@ func TestHotKeyAcrossInstances(t *testing.T) {
 		limit  = 50
 		window = 250 * time.Millisecond
 	)
-	run, instances := exactLoad(t)
+	run, instances, first := exactLoad(t)
 	srv := redistest.Start(t)
 	cfg := fmt.Sprintf(`store:
   redis: {url: "redis://%s/0", deadline: 2s}
@@ -80,11 +88,19 @@ limiters:
 	)
 	stop := time.Now().Add(run)
 	var wg sync.WaitGroup
-	for w := range 8 * instances {
+	callers := 8 * instances
+	for w := range callers {
+		to := w % instances
+		if first > 0 && instances > 1 {
+			to = 0
+			if w*100 >= first*callers {
+				to = 1 + w%(instances-1)
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			url := svcs[w%instances].http + "/v1/check"
+			url := svcs[to].http + "/v1/check"
 			for time.Now().Before(stop) {
 				sent := time.Now().UnixMicro()
 				resp, err := client.Post(url, "application/json", strings.NewReader(`{"limiter":"hot","attributes":{"tenant":"acme"}}`))
@@ -131,14 +147,14 @@ limiters:
 		}
 	}
 	over, full := 0, 0
-	first, last := (stop.Add(-run).UnixMicro()/w+1)*w, stop.UnixMicro()/w*w // the windows wholly in the run
+	from, to := (stop.Add(-run).UnixMicro()/w+1)*w, stop.UnixMicro()/w*w // the windows wholly in the run
 	used := 0
 	for end, n := range perWindow {
 		if n > limit {
 			over++
 			t.Errorf("window ending at %d µs admitted %d, more than its limit %d", end, n, limit)
 		}
-		if end-w >= first && end <= last {
+		if end-w >= from && end <= to {
 			full++
 			used += n
 		}
