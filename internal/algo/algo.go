@@ -410,3 +410,24 @@ func addClamped(a, b int64) int64 {
 	}
 	return a + b
 }
+
+// StampAt is the stamp a charge made at now carries (see Take), when it
+// does not depend on the key's state: the window start of a clock- or
+// calendar-aligned fixed window, the sub-bucket number of a sliding
+// window, now for token buckets and GCRA. A first-hit window starts where
+// its key's first hit was, and a lease has no stamp: ok is false for them.
+func StampAt(p *Params, now int64) (stamp int64, ok bool) {
+	switch p.Algorithm {
+	case store.FixedWindow:
+		if p.Align == store.AlignFirstHit {
+			return 0, false
+		}
+		start, _ := windowAt(p, now)
+		return start, true
+	case store.SlidingWindow:
+		return floorDiv(now, win(p)/p.Buckets), true
+	case store.TokenBucket, store.GCRA:
+		return now, true
+	}
+	return 0, false
+}
