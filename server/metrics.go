@@ -282,3 +282,23 @@ func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(breakerDesc, prometheus.GaugeValue, float64(l.Breaker()), l.Name())
 	}
 }
+
+// storeCollector reports floodgate_store_reachable, pinging the store at
+// scrape time.
+type storeCollector struct{ s *Server }
+
+var storeReachableDesc = prometheus.NewDesc("floodgate_store_reachable",
+	"1 when the store answers a ping (within 250ms), 0 when it does not and the fallback or the failure policy decides.",
+	nil, nil)
+
+// Describe implements prometheus.Collector.
+func (c storeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- storeReachableDesc }
+
+// Collect implements prometheus.Collector.
+func (c storeCollector) Collect(ch chan<- prometheus.Metric) {
+	v := 1.0
+	if c.s.pingStore(context.Background()) != nil {
+		v = 0
+	}
+	ch <- prometheus.MustNewConstMetric(storeReachableDesc, prometheus.GaugeValue, v)
+}
