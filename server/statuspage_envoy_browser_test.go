@@ -112,15 +112,24 @@ descriptors:
 			t.Fatal(err)
 		}
 	}
+	long := strings.Repeat("long-key-", 30)
 	for range 10 {
 		ask("remote_address", "10.0.0.1") // 2 admitted, 8 denied
 		ask("blocked", "10.6.6.6")        // refused by requests_per_unit: 0
+		ask("remote_address", long)
 	}
 	for rule, key := range map[string]string{"remote_address": "remote_address=10.0.0.1", "blocked": "blocked=10.6.6.6"} {
 		waitFor(t, ctx, 8*time.Second, key+" among "+rule+"'s top denied keys", func() bool {
 			row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` tr[data-rule="`+rule+`"]`)))
 			return err == nil && strings.Contains(row, key)
 		})
+	}
+	// A long key is cut short on one line (its title holds all of it),
+	// rather than wrapping the counts beside it.
+	height, err := chromedp.Run(ctx, chromedp.Evaluate[float64](
+		`[...document.querySelectorAll('`+section+` .keys li')].find(li => li.querySelector("code").title.startsWith("remote_address=long-key-")).getBoundingClientRect().height`))
+	if err != nil || height == 0 || height > 30 {
+		t.Errorf("the long key's row is %vpx high (%v), want one line", height, err)
 	}
 	waitFor(t, ctx, 8*time.Second, "the chart to count the denials", func() bool {
 		now, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` .now`)))
