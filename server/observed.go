@@ -68,14 +68,9 @@ func (s *Server) observed() []observedLimiter {
 
 // observedLimiter returns the limiter operators see under name.
 func (s *Server) observedLimiter(name string) (observedLimiter, bool) {
-	if l := s.limiter(name); l != nil {
-		return observedLimiter{name: name, l: l, rules: l.Rules()}, true
-	}
-	if s.envoy != nil {
-		for _, ls := range s.envoy.Limits() {
-			if ls.Name == name {
-				return observedLimiter{name: ls.Name, l: ls.Limiter, rules: ls.Rules, domain: ls.Domain}, true
-			}
+	for _, l := range s.observed() {
+		if l.name == name {
+			return l, true
 		}
 	}
 	return observedLimiter{}, false
