@@ -267,27 +267,28 @@ type domain struct {
 
 func newDomain(f *File) (*domain, error) {
 	d := &domain{name: f.Domain, file: f.Name, root: f.root}
-	names := map[string]bool{}
 	var walk func(n *node)
 	walk = func(n *node) {
-		if l := n.limit; l != nil && !l.unlimited {
-			if l.counted() {
-				d.leaves = append(d.leaves, l)
-			} else {
-				d.zeros = append(d.zeros, l)
-			}
-			// A key holding '.' can give two paths one name: number the
-			// later one ('g' never follows '-' in an encoded name).
-			for i := 1; names[l.rule]; i++ {
-				l.rule = fmt.Sprintf("%s-g%d", encodeName(l.path), i)
-			}
-			names[l.rule] = true
+		if l := n.limit; l != nil && l.counted() {
+			d.leaves = append(d.leaves, l)
+		} else if l != nil && !l.unlimited {
+			d.zeros = append(d.zeros, l)
 		}
 		for _, c := range sortedChildren(n) {
 			walk(c)
 		}
 	}
 	walk(d.root)
+	// A key holding '.' can give two paths one name: number the later one
+	// ('g' never follows '-' in an encoded name). The counted limits are
+	// named first, so that a limit of 0 never renames a counter.
+	names := map[string]bool{}
+	for _, l := range append(append([]*leaf{}, d.leaves...), d.zeros...) {
+		for i := 1; names[l.rule]; i++ {
+			l.rule = fmt.Sprintf("%s-g%d", encodeName(l.path), i)
+		}
+		names[l.rule] = true
+	}
 	if len(d.leaves) == 0 {
 		return d, nil
 	}
