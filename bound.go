@@ -1,0 +1,80 @@
+package floodgate
+
+import (
+	"context"
+	"math/rand/v2"
+
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// The bound path. A limiter over an in-process store (a store.Binder) with
+// at most store.MaxBound rules binds its rules to the store once, in New:
+// each rule's scope, parameters and shadow flag are the store's from then
+// on. A consume, peek or record is then a store.Call, by value: the rules'
+// keys and this request's limits where an override or a limit function
+// changed them. No Batch is built, pooled or read back, and nothing crosses
+// the Store interface by pointer. The store decides a Call exactly as it
+// applies the Batch of the same ops (storetest runs every store that binds
+// both ways), and the decision is read off the same sheet as a Batch's.
+
+// boundRules are l's rules as a store binds them.
+func (l *Limiter) boundRules() []store.BoundRule {
+	out := make([]store.BoundRule, len(l.rules))
+	for i, r := range l.rules {
+		out[i] = store.BoundRule{Scope: r.scope, Params: r.params, Shadow: r.shadow}
+	}
+	return out
+}
+
+// bindCall fills c with the keys of the rules that apply to attrs and the
+// limits an override or a limit function gives them.
+func (l *Limiter) bindCall(ctx context.Context, c *store.Call, attrs Attributes) error {
+	for i, r := range l.rules {
+		key := r.keyFor(attrs)
+		if key == "" {
+			continue
+		}
+		c.Keys[i] = key
+		if r.Overrides != nil || r.LimitFunc != nil {
+			p, err := r.paramsFor(ctx, attrs)
+			if err != nil {
+				c.Keys[i] = "" // the rules before it are the decision's
+				return err
+			}
+			c.Limits[i], c.Bursts[i] = p.Limit, p.Burst
+		}
+	}
+	return nil
+}
+
+// decideBound makes one decision of mode and cost on the bound rules with
+// the keys and limits of c (or, when err is not nil, the failure policy's).
+// o, when not nil, receives it in full.
+func (l *Limiter) decideBound(ctx context.Context, mode Mode, cost int64, c *store.Call, err error, o *Outcome) Decision {
+	now := l.clock.Now()
+	var buf [store.MaxBound]applied
+	sh := sheet{mode: mode, cost: cost, rules: buf[:0]}
+	for i, r := range l.rules {
+		if c.Keys[i] == "" {
+			continue
+		}
+		a := applied{rule: r, key: c.Keys[i], limit: r.params.Limit, burst: r.params.Burst}
+		if c.Limits[i] != 0 {
+			a.limit, a.burst = c.Limits[i], c.Bursts[i]
+		}
+		sh.rules = append(sh.rules, a)
+	}
+	if err == nil && len(sh.rules) > 0 {
+		c.Mode, c.Now, c.Cost = mode, now.UnixMicro(), cost
+		if mode != ModePeek && (o != nil || l.leases) {
+			c.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
+			sh.ticket = c.Ticket
+		}
+		ans := l.bound.Decide(*c)
+		sh.admitted = ans.Allowed
+		for j := range sh.rules {
+			sh.rules[j].res, sh.rules[j].stamp = ans.Results[j], ans.Stamps[j]
+		}
+	}
+	return l.conclude(ctx, &sh, now, err, o)
+}
