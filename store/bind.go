@@ -35,7 +35,14 @@ type BoundRule struct {
 // Bound decides on the rules it was bound to. It never fails: an in-process
 // store always answers.
 type Bound interface {
+	// Decide decides c.
 	Decide(c Call) Answer
+	// One is Decide of a set of one rule, with a Call whose only key is
+	// key and whose limits are limit and burst (0: the rule's), its
+	// arguments and answer small enough to pass in registers: the
+	// commonest decision at its cheapest. It returns Results[0],
+	// Stamps[0] and Allowed.
+	One(mode Mode, now, cost int64, ticket uint64, key string, limit, burst int64) (res Result, stamp int64, allowed bool)
 }
 
 // Call is one decision on bound rules: a Batch of mode Consume, Peek or

@@ -13,7 +13,7 @@ func (s *Store) Bind(rules []store.BoundRule) store.Bound {
 	}
 	b := &bound{s: s, n: len(rules)}
 	for i, r := range rules {
-		b.scopes[i], b.params[i], b.shadow[i] = r.Scope, r.Params, r.Shadow
+		b.scopes[i], b.params[i], b.shadow[i] = s.scopeID(r.Scope), r.Params, r.Shadow
 	}
 	return b
 }
@@ -22,7 +22,7 @@ func (s *Store) Bind(rules []store.BoundRule) store.Bound {
 type bound struct {
 	s      *Store
 	n      int
-	scopes [store.MaxBound]string
+	scopes [store.MaxBound]uint32
 	params [store.MaxBound]store.Params
 	shadow [store.MaxBound]bool
 }
@@ -63,4 +63,26 @@ func (b *bound) decide(c *store.Call, params *[store.MaxBound]store.Params) (a s
 		a.Allowed = b.s.decide(c.Mode, c.Now, c.Cost, c.Ticket, names[:n], ops[:n])
 	}
 	return a
+}
+
+// One decides a Call of one rule (see store.Bound).
+func (b *bound) One(mode store.Mode, now, cost int64, ticket uint64, key string, limit, burst int64) (res store.Result, stamp int64, allowed bool) {
+	p := &b.params[0]
+	if limit != 0 || burst != 0 {
+		q := *p // this decision's limits
+		if limit != 0 {
+			q.Limit = limit
+		}
+		if burst != 0 {
+			q.Burst = burst
+		}
+		p = &q
+	}
+	o := op{p: p, shadow: b.shadow[0], res: &res, stamp: &stamp}
+	if mode == store.Record {
+		allowed = b.s.decide(mode, now, cost, ticket, []name{{b.scopes[0], key}}, []op{o})
+	} else {
+		allowed = b.s.decideOne(mode, now, cost, ticket, name{b.scopes[0], key}, &o)
+	}
+	return res, stamp, allowed
 }

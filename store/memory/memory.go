@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/algo"
@@ -43,6 +44,12 @@ type Store struct {
 	seed    maphash.Seed
 	maxKeys int
 
+	// scopes number the rules' scopes, so that an entry holds a scope in
+	// 4 bytes of its first cache line. The map is copied on write (a new
+	// scope is a new rule: rare) and read without a lock.
+	scopes   atomic.Pointer[map[string]uint32]
+	scopesMu sync.Mutex
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -53,20 +60,23 @@ var (
 	_ store.InProcess = (*Store)(nil)
 )
 
-// entry is one key's slot, 128 bytes. The look-up reads the key and the
-// scope first, then the expiry and the head of the algorithm state (Live,
-// A): with the 128-byte entries of a 64-byte-aligned slice those share the
-// first cache line.
+// entry is one key's slot, 128 bytes. A decision on a key that one rule
+// keys on reads and writes the first cache line alone (with the 128-byte
+// entries of a 64-byte-aligned slice): the key, the scope's number, the
+// flags, the expiry and the head of the algorithm state (Live, A, B, C,
+// all that windows, buckets and GCRA keep). The rest of the state and the
+// link to the key's next scope share the second.
 type entry struct {
 	key   string
-	scope string
-	exp   int64 // µs; the state means "absent" from then on
-	next  int32 // next slot holding the same key under another scope, or -1
-	ref   bool  // used since the eviction hand last passed
-	pin   bool  // part of the batch being applied
-	use   bool  // slot holds a key
-	wrote bool  // the batch being applied wrote st
+	scope uint32 // the rule's scope, numbered by the store (see scopeID); 0 in a free slot
+	ref   bool   // used since the eviction hand last passed
+	pin   bool   // part of the batch being applied
+	use   bool   // slot holds a key
+	wrote bool   // the batch being applied wrote st
+	exp   int64  // µs; the state means "absent" from then on
 	st    algo.State
+	next  int32 // next slot holding the same key under another scope, or -1
+	_     [12]byte
 }
 
 // shard is one lock's worth of keys. Entries live in a slice indexed by the
@@ -137,6 +147,35 @@ func New(opts *Options) *Store {
 	return s
 }
 
+// scopeID returns the number of scope, numbering it on first sight.
+// Numbers are never reused: a store sees as many scopes as its limiters
+// have had rules.
+func (s *Store) scopeID(scope string) uint32 {
+	if m := s.scopes.Load(); m != nil {
+		if id, ok := (*m)[scope]; ok {
+			return id
+		}
+	}
+	s.scopesMu.Lock()
+	defer s.scopesMu.Unlock()
+	old := s.scopes.Load()
+	if old != nil {
+		if id, ok := (*old)[scope]; ok {
+			return id
+		}
+	}
+	m := make(map[string]uint32, 1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	id := uint32(len(m) + 1)
+	m[scope] = id
+	s.scopes.Store(&m)
+	return id
+}
+
 func nextPow2(n int) int {
 	p := 1
 	for p < n {
@@ -177,8 +216,12 @@ func (s *Store) shardOf(h uint64) int { return int(h & s.mask) }
 // allocates scratch.
 const maxInline = 8
 
-// name is the state an op decides on: its rule's scope and its key.
-type name struct{ scope, key string }
+// name is the state an op decides on: its rule's scope (by number, see
+// scopeID) and its key.
+type name struct {
+	scope uint32
+	key   string
+}
 
 // op is one rule of a decision as the store applies it, whichever way the
 // decision came in (a Batch to Apply, a Call to a Bound): the rule's
@@ -212,7 +255,7 @@ func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 	}
 	for i := range b.Ops {
 		o := &b.Ops[i]
-		names = append(names, name{o.Scope, o.Key})
+		names = append(names, name{s.scopeID(o.Scope), o.Key})
 		ops = append(ops, op{p: &o.Params, shadow: o.Shadow, res: &o.Result, stamp: &o.Stamp})
 	}
 	b.Allowed = s.decide(b.Mode, b.Now.UnixMicro(), b.Cost, b.Ticket, names, ops)
@@ -307,14 +350,15 @@ func (s *Store) decideOne(mode store.Mode, now, cost int64, ticket uint64, n nam
 		sh.now = now
 	}
 	j := sh.find(h, n.scope, n.key)
-	var fresh entry // a peek's view of a key not held: never inserted
-	e := &fresh
+	var e *entry
 	switch {
 	case j >= 0:
 		sh.entries[j].ref = true
 		e = &sh.entries[j]
 	case mode == store.Peek:
+		var fresh entry // a peek's view of a key not held: never inserted
 		fresh.st.Reset()
+		e = &fresh
 	default:
 		j = sh.insert(h, n.scope, n.key, now)
 		e = &sh.entries[j]
@@ -399,12 +443,6 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 			}
 		}
 	}
-	entry := func(i int) *entry {
-		if ops[i].slot < 0 {
-			return &fresh[i]
-		}
-		return &s.shards[ops[i].shard].entries[ops[i].slot]
-	}
 	switch mode {
 	case store.Consume, store.Peek:
 		var tmpBuf [maxInline]algo.State
@@ -414,7 +452,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 		}
 		allowed := true
 		for i := range ops {
-			o, e := &ops[i], entry(i)
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
 			v := view(o.p, e, &tmp[i])
 			algo.Normalize(o.p, v, now)
 			ok, never, retry := algo.Check(o.p, v, now, cost)
@@ -424,7 +462,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 			}
 		}
 		for i := range ops {
-			o, e := &ops[i], entry(i)
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
 			v := &e.st
 			if !algo.InPlace(o.p.Algorithm) {
 				v = &tmp[i]
@@ -439,7 +477,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 		return allowed && mode == store.Consume
 	case store.Record:
 		for i := range ops {
-			o, e := &ops[i], entry(i)
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
 			algo.Normalize(o.p, &e.st, now)
 			*o.stamp = algo.Take(o.p, &e.st, now, cost, ticket)
 			ok, never, retry := algo.Check(o.p, &e.st, now, 1)
@@ -455,7 +493,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 			if o.slot < 0 {
 				continue // the key is gone: its window has passed
 			}
-			e := entry(i)
+			e := s.entryOf(ops, i, fresh)
 			if algo.InPlace(o.p.Algorithm) {
 				algo.Normalize(o.p, &e.st, now)
 			}
@@ -478,6 +516,15 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 		}
 	}
 	return false
+}
+
+// entryOf is the entry of ops[i], a resolved op: its slot's, or fresh[i]
+// for a peek of a key not held.
+func (s *Store) entryOf(ops []op, i int, fresh []entry) *entry {
+	if ops[i].slot < 0 {
+		return &fresh[i]
+	}
+	return &s.shards[ops[i].shard].entries[ops[i].slot]
 }
 
 // leasesOnly reports whether every op is of a Concurrency rule: a refund
