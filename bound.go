@@ -47,23 +47,74 @@ func (l *Limiter) bindCall(ctx context.Context, c *store.Call, attrs Attributes)
 	return nil
 }
 
+// bindOne is bindCall for a limiter of one rule: the rule's key for attrs
+// and the limits an override or a limit function gives it.
+func (l *Limiter) bindOne(ctx context.Context, attrs Attributes) (key string, limit, burst int64, err error) {
+	r := l.rules[0]
+	if key = r.keyFor(attrs); key == "" || r.Overrides == nil && r.LimitFunc == nil {
+		return key, 0, 0, nil
+	}
+	p, err := r.paramsFor(ctx, attrs)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	return key, p.Limit, p.Burst, nil
+}
+
+// decideOne is decideBound for a limiter of one rule, whose key is key
+// ("" skips it) and whose limits for this request are limit and burst
+// (0: the rule's): the commonest decision, with no Call to build.
+func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, key string, limit, burst int64, err error, o *Outcome) Decision {
+	now := l.clock.Now()
+	if key != "" && err == nil && o == nil && l.observer == nil && !l.leases {
+		// The Decision straight off the rule's answer: nobody reads the
+		// sheet.
+		r := l.rules[0]
+		res, _, admitted := l.bound.One(mode, now.UnixMicro(), cost, 0, key, limit, burst)
+		if limit == 0 {
+			limit = r.params.Limit
+		}
+		return ruleVerdict(r, mode, admitted, &res, limit)
+	}
+	var buf [1]applied
+	sh := sheet{mode: mode, cost: cost, rules: buf[:0]}
+	if key != "" {
+		r := l.rules[0]
+		a := &buf[0]
+		sh.rules = buf[:1]
+		a.rule, a.key, a.limit, a.burst = r, key, r.params.Limit, r.params.Burst
+		if limit != 0 {
+			a.limit, a.burst = limit, burst
+		}
+		if err == nil {
+			if mode != ModePeek && (o != nil || l.leases) {
+				sh.ticket = rand.Uint64() | 1 // the lease id, and the ticket's
+			}
+			a.res, a.stamp, sh.admitted = l.bound.One(mode, now.UnixMicro(), cost, sh.ticket, key, limit, burst)
+		}
+	}
+	return l.conclude(ctx, &sh, now, err, o)
+}
+
 // decideBound makes one decision of mode and cost on the bound rules with
 // the keys and limits of c (or, when err is not nil, the failure policy's).
 // o, when not nil, receives it in full.
 func (l *Limiter) decideBound(ctx context.Context, mode Mode, cost int64, c *store.Call, err error, o *Outcome) Decision {
 	now := l.clock.Now()
 	var buf [store.MaxBound]applied
-	sh := sheet{mode: mode, cost: cost, rules: buf[:0]}
+	n := 0
 	for i, r := range l.rules {
 		if c.Keys[i] == "" {
 			continue
 		}
-		a := applied{rule: r, key: c.Keys[i], limit: r.params.Limit, burst: r.params.Burst}
+		a := &buf[n]
+		a.rule, a.key, a.limit, a.burst = r, c.Keys[i], r.params.Limit, r.params.Burst
 		if c.Limits[i] != 0 {
 			a.limit, a.burst = c.Limits[i], c.Bursts[i]
 		}
-		sh.rules = append(sh.rules, a)
+		n++
 	}
+	sh := sheet{mode: mode, cost: cost, rules: buf[:n]}
 	if err == nil && len(sh.rules) > 0 {
 		c.Mode, c.Now, c.Cost = mode, now.UnixMicro(), cost
 		if mode != ModePeek && (o != nil || l.leases) {
