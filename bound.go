@@ -63,37 +63,30 @@ func (l *Limiter) bindOne(ctx context.Context, attrs Attributes) (key string, li
 
 // decideOne is decideBound for a limiter of one rule, whose key is key
 // ("" skips it) and whose limits for this request are limit and burst
-// (0: the rule's): the commonest decision, with no Call to build.
+// (0: the rule's): the commonest decision, with no Call to build, and the
+// Decision read straight off the rule's answer. The sheet is made only for
+// o or an observed decision.
 func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, key string, limit, burst int64, err error, o *Outcome) Decision {
 	now := l.clock.Now()
-	if key != "" && err == nil && o == nil && l.observer == nil && !l.leases {
-		// The Decision straight off the rule's answer: nobody reads the
-		// sheet.
-		r := l.rules[0]
-		res, _, admitted := l.bound.One(mode, now.UnixMicro(), cost, 0, key, limit, burst)
-		if limit == 0 {
-			limit = r.params.Limit
-		}
-		return ruleVerdict(r, mode, admitted, &res, limit)
+	if key == "" || err != nil {
+		return l.conclude(ctx, &sheet{mode: mode, cost: cost}, now, err, o)
 	}
-	var buf [1]applied
-	sh := sheet{mode: mode, cost: cost, rules: buf[:0]}
-	if key != "" {
-		r := l.rules[0]
-		a := &buf[0]
-		sh.rules = buf[:1]
-		a.rule, a.key, a.limit, a.burst = r, key, r.params.Limit, r.params.Burst
-		if limit != 0 {
-			a.limit, a.burst = limit, burst
-		}
-		if err == nil {
-			if mode != ModePeek && (o != nil || l.leases) {
-				sh.ticket = rand.Uint64() | 1 // the lease id, and the ticket's
-			}
-			a.res, a.stamp, sh.admitted = l.bound.One(mode, now.UnixMicro(), cost, sh.ticket, key, limit, burst)
-		}
+	var ticket uint64
+	if mode != ModePeek && (o != nil || l.leases) {
+		ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 	}
-	return l.conclude(ctx, &sh, now, err, o)
+	r := l.rules[0]
+	res, stamp, admitted := l.bound.One(mode, now.UnixMicro(), cost, ticket, key, limit, burst)
+	if limit == 0 {
+		limit, burst = r.params.Limit, r.params.Burst
+	}
+	d := ruleVerdict(r, mode, admitted, &res, limit)
+	if o == nil && l.observer == nil {
+		return d
+	}
+	rules := [1]applied{{rule: r, key: key, limit: limit, burst: burst, stamp: stamp, res: res}}
+	sh := sheet{mode: mode, cost: cost, ticket: ticket, admitted: admitted, rules: rules[:]}
+	return l.report(ctx, &sh, now, d, true, o)
 }
 
 // decideBound makes one decision of mode and cost on the bound rules with

@@ -550,11 +550,17 @@ func (l *Limiter) conclude(ctx context.Context, sh *sheet, now time.Time, err er
 	default:
 		d = verdict(sh)
 	}
+	return l.report(ctx, sh, now, d, err == nil, o)
+}
+
+// report tells the observer of d, the decision read off sh at now
+// (answered: the store answered), and fills o when asked. It returns d.
+func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) Decision {
 	w := l.weight(&d)
 	if o == nil && w == 0 {
 		return d
 	}
-	full := Outcome{Decision: d, Rules: ruleDecisions(sh, d, err == nil), limiter: l.name, id: sh.ticket, cost: sh.cost}
+	full := Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
 	if o != nil {
 		*o = full
 	}
