@@ -61,6 +61,9 @@ type Lease struct {
 //	               C = the Limit B was counted under; under another limit the
 //	               arrival time is rounded up to a whole µs
 //	Concurrency:   A = slots held, Leases = the leases, sorted by Exp
+//
+// So the kinds that are not InPlace keep all their state in Live, A, B
+// and C.
 type State struct {
 	Live    bool
 	A, B, C int64

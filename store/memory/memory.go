@@ -388,7 +388,10 @@ func view(p *store.Params, e *entry, tmp *algo.State) *algo.State {
 	if algo.InPlace(p.Algorithm) {
 		return &e.st
 	}
-	*tmp = e.st
+	// The kinds normalized on a copy keep all their state in its head
+	// (see algo.State): copying Ring and Leases too would cost a
+	// decision more than its arithmetic.
+	tmp.Live, tmp.A, tmp.B, tmp.C = e.st.Live, e.st.A, e.st.B, e.st.C
 	return tmp
 }
 
@@ -400,8 +403,8 @@ func settle(p *store.Params, res *store.Result, e *entry, v *algo.State, wrote b
 	res.Remaining, res.ResetAfter = rem, micros(reset)
 	if wrote || algo.InPlace(p.Algorithm) {
 		e.exp = exp
-		if v != &e.st {
-			e.st = *v
+		if v != &e.st { // a copy of the head (see view)
+			e.st.Live, e.st.A, e.st.B, e.st.C = v.Live, v.A, v.B, v.C
 		}
 	}
 }
