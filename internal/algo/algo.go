@@ -174,8 +174,13 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 		return s.A
 	case store.TokenBucket:
 		s.A -= n
-		if floor := p.Burst - MaxUnits/win(p); s.A < floor {
-			s.A = floor
+		// The floor is below 0 (validation keeps Burst×Window under
+		// MaxUnits/4), so only a debt can reach it: its division is paid
+		// only then.
+		if s.A < 0 {
+			if floor := p.Burst - MaxUnits/win(p); s.A < floor {
+				s.A = floor
+			}
 		}
 		return now
 	case store.GCRA:
