@@ -324,10 +324,17 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	}
 	key = single(key)
 	if l.bound != nil && len(l.rules) == 1 {
-		if len(l.rules[0].Key) == 0 {
+		r := l.rules[0]
+		if len(r.Key) == 0 {
 			key = globalKey
 		}
-		return l.decideOne(ctx, ModeConsume, 1, key, 0, 0, nil, nil)
+		if key == "" || l.observer != nil || l.leases {
+			return l.decideOne(ctx, ModeConsume, 1, key, 0, 0, nil, nil)
+		}
+		// decideOne's own short way, one call shorter (BenchmarkCompare).
+		now := l.clock.Now()
+		res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
+		return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
 	}
 	if l.bound != nil {
 		var c store.Call
