@@ -137,6 +137,12 @@ type Limiter struct {
 	logger   *slog.Logger
 	opts     Options // as given to New, for views made with Only
 
+	// bound, when the store is in process (a store.Binder) and there are
+	// at most store.MaxBound rules, decides consumes, peeks and records
+	// without a Batch (bound.go); refunds, resets and other stores take
+	// the Batch path.
+	bound store.Bound
+
 	held       *nameHold // the limiter's hold on its name (names.go)
 	calls      sync.Pool // of *call: a Batch crosses the Store interface, so it lives on the heap
 	lastLog    atomic.Int64
@@ -222,6 +228,9 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		l.leases = l.leases || r.Algorithm == Concurrency
 	}
 	l.keyAttr, l.oneKey, l.plain = oneKey(l.rules)
+	if b, ok := st.(store.Binder); ok && len(l.rules) <= store.MaxBound {
+		l.bound = b.Bind(l.boundRules())
+	}
 	if err := l.hold(opts.Replaces); err != nil {
 		return nil, err
 	}
@@ -313,8 +322,33 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	if !l.plain {
 		return l.decide(ctx, ModeConsume, Attributes{l.keyAttr: key}, 1, nil)
 	}
-	c := l.call(ModeConsume, 1)
 	key = single(key)
+	if l.bound != nil && len(l.rules) == 1 {
+		r := l.rules[0]
+		if len(r.Key) == 0 {
+			key = globalKey
+		}
+		if key == "" || l.observer != nil || l.leases {
+			return l.decideOne(ctx, ModeConsume, 1, key, 0, 0, nil, nil)
+		}
+		// decideOne's own short way, one call shorter (BenchmarkCompare).
+		now := l.clock.Now()
+		res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
+		return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+	}
+	if l.bound != nil {
+		var c store.Call
+		for i, r := range l.rules {
+			switch {
+			case len(r.Key) == 0:
+				c.Keys[i] = globalKey
+			case key != "":
+				c.Keys[i] = key
+			}
+		}
+		return l.decideBound(ctx, ModeConsume, 1, &c, nil, nil)
+	}
+	c := l.call(ModeConsume, 1)
 	for _, r := range l.rules {
 		switch {
 		case len(r.Key) == 0:
@@ -433,6 +467,15 @@ func (l *Limiter) call(mode store.Mode, cost int64) *call {
 // decide makes one decision for attrs. o, when not nil, receives it in
 // full.
 func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, o *Outcome) Decision {
+	if l.bound != nil && len(l.rules) == 1 {
+		key, limit, burst, err := l.bindOne(ctx, attrs)
+		return l.decideOne(ctx, mode, cost, key, limit, burst, err, o)
+	}
+	if l.bound != nil {
+		var c store.Call
+		err := l.bindCall(ctx, &c, attrs)
+		return l.decideBound(ctx, mode, cost, &c, err, o)
+	}
 	c := l.call(mode, cost)
 	err := l.build(ctx, c, attrs)
 	return l.run(ctx, c, err, o)
@@ -445,13 +488,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost 
 // decision.
 func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decision {
 	b := &c.b
-	var d Decision
-	switch {
-	case err != nil:
-		d = l.failed(ctx, c, err)
-	case len(b.Ops) == 0:
-		d.Allowed = true // no rule applies to this request
-	default:
+	if err == nil && len(b.Ops) > 0 {
 		if b.Mode != ModePeek && (o != nil || l.leases) {
 			b.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 		}
@@ -465,25 +502,77 @@ func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decis
 				err = nil
 			}
 		}
-		if err != nil {
-			d = l.failed(ctx, c, err)
-		} else {
-			d = verdict(c)
-		}
 	}
+	var buf [maxInline]applied
+	sh := sheet{mode: b.Mode, cost: b.Cost, ticket: b.Ticket, admitted: b.Allowed, rules: buf[:0]}
+	if len(b.Ops) > maxInline {
+		sh.rules = make([]applied, 0, len(b.Ops))
+	}
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		sh.rules = append(sh.rules, applied{rule: c.rules[i], key: op.Key, limit: op.Params.Limit, burst: op.Params.Burst, stamp: op.Stamp, res: op.Result})
+	}
+	now := b.Now
+	l.calls.Put(c)
+	return l.conclude(ctx, &sh, now, err, o)
+}
+
+// maxInline is how many rules a decision on the Batch path reads back
+// without allocating.
+const maxInline = 8
+
+// sheet is one decision's applied rules and their answers, whichever path
+// decided it: what the Decision, the Outcome and the Event are read from.
+// (The decision's time is passed beside it: a time.Time holds a pointer,
+// and the Event handed to the observer would take the sheet, and the
+// caller's array of its rules, to the heap with it.)
+type sheet struct {
+	mode     Mode
+	cost     int64
+	ticket   uint64
+	admitted bool // a consume was admitted and charged
+	rules    []applied
+}
+
+// applied is one applied rule of a decision, its key and limits, and its
+// answer.
+type applied struct {
+	rule         *compiledRule
+	key          string
+	limit, burst int64
+	stamp        int64
+	res          store.Result
+}
+
+// conclude reads the decision made at now off sh (or, when err is not nil,
+// makes the failure policy's), tells the observer of it and fills o when
+// asked.
+func (l *Limiter) conclude(ctx context.Context, sh *sheet, now time.Time, err error, o *Outcome) Decision {
+	var d Decision
+	switch {
+	case err != nil:
+		d = l.failed(ctx, now, sh, err)
+	case len(sh.rules) == 0:
+		d.Allowed = true // no rule applies to this request
+	default:
+		d = verdict(sh)
+	}
+	return l.report(ctx, sh, now, d, err == nil, o)
+}
+
+// report tells the observer of d, the decision read off sh at now
+// (answered: the store answered), and fills o when asked. It returns d.
+func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) Decision {
 	w := l.weight(&d)
 	if o == nil && w == 0 {
-		l.calls.Put(c)
 		return d
 	}
-	full := Outcome{Decision: d, Rules: ruleDecisions(c, d, err == nil), limiter: l.name, id: b.Ticket, cost: b.Cost}
-	e := Event{Limiter: l.name, Mode: b.Mode, Cost: b.Cost, Time: b.Now, Outcome: full, Weight: w}
-	l.calls.Put(c)
+	full := Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
 	if o != nil {
 		*o = full
 	}
 	if w > 0 {
-		l.observer(ctx, e)
+		l.observer(ctx, Event{Limiter: l.name, Mode: sh.mode, Cost: sh.cost, Time: now, Outcome: full, Weight: w})
 	}
 	return d
 }
@@ -578,32 +667,35 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	return nil
 }
 
-// verdict reads the decision off the store's answers to c.
-func verdict(c *call) Decision {
-	ops := c.b.Ops
+// verdict reads the decision off the store's answers in sh.
+func verdict(sh *sheet) Decision {
+	rs := sh.rules
+	if len(rs) == 1 {
+		return ruleVerdict(rs[0].rule, sh.mode, sh.admitted, &rs[0].res, rs[0].limit)
+	}
 	var d Decision
 	d.Allowed = true
-	for i := range ops {
-		if !ops[i].Result.Allowed {
-			if ops[i].Shadow {
+	for i := range rs {
+		if !rs[i].res.Allowed {
+			if rs[i].rule.shadow {
 				d.ShadowDenied = true
 			} else {
 				d.Allowed = false
 			}
 		}
 	}
-	if c.b.Mode == ModeConsume {
-		d.Allowed = c.b.Allowed
+	if sh.mode == ModeConsume {
+		d.Allowed = sh.admitted
 	}
 	bind := -1
 	if !d.Allowed {
 		d.Reason = ReasonLimit
-		for i := range ops {
-			r := &ops[i].Result
-			if r.Allowed || ops[i].Shadow {
+		for i := range rs {
+			r := &rs[i].res
+			if r.Allowed || rs[i].rule.shadow {
 				continue
 			}
-			switch b := &ops[max(bind, 0)].Result; {
+			switch b := &rs[max(bind, 0)].res; {
 			case bind < 0:
 				bind = i
 			case r.Never != b.Never:
@@ -614,7 +706,7 @@ func verdict(c *call) Decision {
 				bind = i
 			}
 		}
-		r := &ops[bind].Result
+		r := &rs[bind].res
 		d.Never = r.Never
 		if !d.Never {
 			d.RetryAfter = r.RetryAfter
@@ -623,68 +715,89 @@ func verdict(c *call) Decision {
 		// The enforced rule with the fewest units left binds, the one that
 		// resets last among equals; a shadow rule only if all are shadows.
 		for pass := 0; pass < 2 && bind < 0; pass++ {
-			for i := range ops {
-				if pass == 0 && ops[i].Shadow {
+			for i := range rs {
+				if pass == 0 && rs[i].rule.shadow {
 					continue
 				}
-				r := &ops[i].Result
+				r := &rs[i].res
 				if bind < 0 {
 					bind = i
 					continue
 				}
-				b := &ops[bind].Result
+				b := &rs[bind].res
 				if r.Remaining < b.Remaining || r.Remaining == b.Remaining && r.ResetAfter > b.ResetAfter {
 					bind = i
 				}
 			}
 		}
 	}
-	op := &ops[bind]
-	d.Rule, d.Limit = c.rules[bind].Name, op.Params.Limit
-	d.Remaining, d.ResetAfter = op.Result.Remaining, op.Result.ResetAfter
+	a := &rs[bind]
+	d.Rule, d.Limit = a.rule.Name, a.limit
+	d.Remaining, d.ResetAfter = a.res.Remaining, a.res.ResetAfter
 	return d
 }
 
-// ruleDecisions is what each rule of c decided, given the decision d. When
-// the store did not answer, each rule carries the decision's verdict.
-func ruleDecisions(c *call, d Decision, answered bool) []RuleDecision {
-	if len(c.b.Ops) == 0 {
+// ruleVerdict is verdict for a decision of mode on one rule r, whose answer
+// is res under limit (admitted: a consume was admitted and charged), with
+// none of the choices among rules: the commonest decision, kept short
+// (BenchmarkCompare).
+func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, limit int64) Decision {
+	d := Decision{
+		Allowed: res.Allowed || r.shadow, ShadowDenied: !res.Allowed && r.shadow,
+		Rule: r.Name, Limit: limit, Remaining: res.Remaining, ResetAfter: res.ResetAfter,
+	}
+	if mode == ModeConsume {
+		d.Allowed = admitted
+	}
+	if !d.Allowed {
+		d.Reason, d.Never = ReasonLimit, res.Never
+		if !d.Never {
+			d.RetryAfter = res.RetryAfter
+		}
+	}
+	return d
+}
+
+// ruleDecisions is what each rule of sh decided, given the decision d.
+// When the store did not answer, each rule carries the decision's verdict.
+func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
+	if len(sh.rules) == 0 {
 		return nil
 	}
-	out := make([]RuleDecision, len(c.b.Ops))
-	for i := range c.b.Ops {
-		op, r := &c.b.Ops[i], c.rules[i]
+	out := make([]RuleDecision, len(sh.rules))
+	for i := range sh.rules {
+		a, r := &sh.rules[i], sh.rules[i].rule
 		rd := &out[i]
-		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, op.Key, op.Shadow, op.Params.Limit, r.Algorithm
-		rd.Capacity = op.Params.Limit
+		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, a.key, r.shadow, a.limit, r.Algorithm
+		rd.Capacity = a.limit
 		if r.Algorithm == TokenBucket || r.Algorithm == GCRA { // compiling sets Burst for these
-			rd.Capacity = op.Params.Burst
+			rd.Capacity = a.burst
 		}
 		if !answered {
 			rd.Allowed = d.Allowed
 			continue
 		}
-		res := &op.Result
+		res := &a.res
 		rd.Allowed, rd.Never = res.Allowed, res.Never
 		rd.Remaining, rd.ResetAfter, rd.RetryAfter = res.Remaining, res.ResetAfter, res.RetryAfter
-		rd.stamp = op.Stamp
-		rd.took = c.b.Mode == ModeConsume && c.b.Allowed && res.Allowed
+		rd.stamp = a.stamp
+		rd.took = sh.mode == ModeConsume && sh.admitted && res.Allowed
 	}
 	return out
 }
 
 // failed is the failure policy's decision for a store error.
-func (l *Limiter) failed(ctx context.Context, c *call, err error) Decision {
+func (l *Limiter) failed(ctx context.Context, now time.Time, sh *sheet, err error) Decision {
 	d := Decision{Reason: ReasonStore, Err: err}
 	// A shadow limiter never denies, not even when its store fails.
 	d.Allowed = l.policy == FailOpen || l.shadow
 	if !d.Allowed {
-		d.RetryAfter = max(l.breaker.RetryIn(c.b.Now.UnixNano()), time.Second)
+		d.RetryAfter = max(l.breaker.RetryIn(now.UnixNano()), time.Second)
 	}
-	if len(c.rules) > 0 {
-		d.Rule, d.Limit = c.rules[0].Name, c.b.Ops[0].Params.Limit
+	if len(sh.rules) > 0 {
+		d.Rule, d.Limit = sh.rules[0].rule.Name, sh.rules[0].limit
 	}
-	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, c.b.Now)
+	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, now)
 	return d
 }
 

@@ -813,7 +813,14 @@ func TestAllowKeyIsAllowOnTheKeyAttribute(t *testing.T) {
 	}
 	withOverride := append([]floodgate.Rule(nil), rules...)
 	withOverride[0].Overrides = []floodgate.Override{{Match: floodgate.Attributes{"user": "vip"}, Limit: 4}}
-	for name, rs := range map[string][]floodgate.Rule{"plain": rules, "override": withOverride} {
+	shadow := rules[0]
+	shadow.Shadow = true
+	cases := map[string][]floodgate.Rule{
+		"plain": rules, "override": withOverride,
+		// One rule: AllowKey's own short way on the bound path.
+		"one rule": rules[:1], "one global rule": rules[1:], "one shadow rule": {shadow},
+	}
+	for name, rs := range cases {
 		t.Run(name, func(t *testing.T) {
 			byKey, _ := memLimiter(t, rs, nil)
 			byAttrs, _ := memLimiter(t, rs, nil)

@@ -1,7 +1,8 @@
 // Package store is the port between floodgate's limiters and the stores
 // that hold rule state: the Store interface, the Batch a limiter hands it,
-// and the algorithm parameters a store evaluates (Params, Algorithm, Align).
-// Store implementations (store/memory, store/redis) depend on this package
+// and the algorithm parameters a store evaluates (Params, Algorithm, Align);
+// and Binder, by which an in-process store decides a limiter's rules without
+// a Batch (Bound, Call, Answer). Store implementations (store/memory, store/redis) depend on this package
 // alone; users of floodgate do not need it.
 package store
 

@@ -39,7 +39,7 @@ func newFixture(t *testing.T, store *sharedStore, name string, opts *floodgate.O
 	if opts.Timeout == 0 {
 		opts.Timeout = storeTimeout
 	}
-	lim, err := floodgate.New(name, store, rules, opts)
+	lim, err := floodgate.New(name, store.Store, rules, opts)
 	if err != nil {
 		t.Fatalf("floodgate.New: %v", err)
 	}

@@ -30,6 +30,12 @@
 // limiters and rules apart by the ops' scopes; it never needs the store
 // empty.
 //
+// A store that binds a limiter's rules (store.Binder, as the memory store
+// does) answers most decisions on that bound path, without a Batch. The
+// suite then runs twice, the second time (subtests under BatchPath) with
+// the store behind its Store interface alone, so that both of its paths
+// meet the model on the same sequences.
+//
 // The model (see model.go) restates each algorithm's meaning independently
 // of internal/algo, and the suite compares every answer with it exactly:
 // Allowed, Never, Remaining, ResetAfter and RetryAfter of the decision and of
@@ -78,7 +84,9 @@ type config struct {
 }
 
 // sharedStore is a store under test, shared by the limiters of a group of
-// subtests, and the clocks that drive it. A store may assume that time does
+// subtests, and the clocks that drive it. Limiters are given the store
+// itself (Store), so that they see what it implements beyond the port
+// (store.InProcess, store.Binder). A store may assume that time does
 // not go backwards across its keys (the memory store reclaims keys by the
 // latest time it has seen), so each new clock starts no earlier than the
 // others read.
@@ -135,6 +143,29 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		cfg.zones = append(cfg.zones, loc)
 	}
 	t.Logf("storetest: seed %d (set %s to replay)", cfg.seed, SeedEnv)
+	suite(t, newStore, cfg)
+	// A store that binds (store.Binder) decides most decisions without a
+	// Batch: the suite above ran that path. It runs again with the store
+	// behind its port alone, so that the Batch path meets the model too.
+	if _, binds := newStore(t).(store.Binder); binds {
+		t.Run("BatchPath", func(t *testing.T) {
+			suite(t, func(t *testing.T) store.Store { return batchOnly{newStore(t)} }, cfg)
+		})
+	}
+}
+
+// batchOnly is a store with its Binder hidden: limiters over it take the
+// Batch path. It keeps the store's InProcess answer.
+type batchOnly struct{ store.Store }
+
+// InProcess reports what the store reports.
+func (s batchOnly) InProcess() bool {
+	ip, ok := s.Store.(store.InProcess)
+	return ok && ip.InProcess()
+}
+
+// suite runs every test of the suite on stores made by newStore.
+func suite(t *testing.T, newStore func(t *testing.T) store.Store, cfg *config) {
 	// Each subtest gets a seed of its own, derived from its name, so that
 	// running one subtest alone replays it.
 	sub := func(name string) *config {

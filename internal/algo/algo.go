@@ -61,6 +61,9 @@ type Lease struct {
 //	               C = the Limit B was counted under; under another limit the
 //	               arrival time is rounded up to a whole µs
 //	Concurrency:   A = slots held, Leases = the leases, sorted by Exp
+//
+// So the kinds that are not InPlace keep all their state in Live, A, B
+// and C.
 type State struct {
 	Live    bool
 	A, B, C int64
@@ -164,8 +167,13 @@ func Take(p *Params, s *State, now, n int64, lease uint64) (stamp int64) {
 		return s.A
 	case store.TokenBucket:
 		s.A -= n
-		if floor := p.Burst - MaxUnits/win(p); s.A < floor {
-			s.A = floor
+		// The floor is below 0 (validation keeps Burst×Window under
+		// MaxUnits/4), so only a debt can reach it: its division is paid
+		// only then.
+		if s.A < 0 {
+			if floor := p.Burst - MaxUnits/win(p); s.A < floor {
+				s.A = floor
+			}
 		}
 		return now
 	case store.GCRA:

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/algo"
@@ -45,6 +46,12 @@ type Store struct {
 	seed    maphash.Seed
 	maxKeys int
 
+	// scopes number the rules' scopes, so that an entry holds a scope in
+	// 4 bytes of its first cache line. The map is copied on write (a new
+	// scope is a new rule: rare) and read without a lock.
+	scopes   atomic.Pointer[map[string]uint32]
+	scopesMu sync.Mutex
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -55,20 +62,23 @@ var (
 	_ store.InProcess = (*Store)(nil)
 )
 
-// entry is one key's slot, 128 bytes. The look-up reads the key and the
-// scope first, then the expiry and the head of the algorithm state (Live,
-// A): with the 128-byte entries of a 64-byte-aligned slice those share the
-// first cache line.
+// entry is one key's slot, 128 bytes. A decision on a key that one rule
+// keys on reads and writes the first cache line alone (with the 128-byte
+// entries of a 64-byte-aligned slice): the key, the scope's number, the
+// flags, the expiry and the head of the algorithm state (Live, A, B, C,
+// all that windows, buckets and GCRA keep). The rest of the state and the
+// link to the key's next scope share the second.
 type entry struct {
 	key   string
-	scope string
-	exp   int64 // µs; the state means "absent" from then on
-	next  int32 // next slot holding the same key under another scope, or -1
-	ref   bool  // used since the eviction hand last passed
-	pin   bool  // part of the batch being applied
-	use   bool  // slot holds a key
-	wrote bool  // the batch being applied wrote st
+	scope uint32 // the rule's scope, numbered by the store (see scopeID); 0 in a free slot
+	ref   bool   // used since the eviction hand last passed
+	pin   bool   // part of the batch being applied
+	use   bool   // slot holds a key
+	wrote bool   // the batch being applied wrote st
+	exp   int64  // µs; the state means "absent" from then on
 	st    algo.State
+	next  int32 // next slot holding the same key under another scope, or -1
+	_     [12]byte
 }
 
 // shard is one lock's worth of keys. Entries live in a slice indexed by the
@@ -139,6 +149,35 @@ func New(opts *Options) *Store {
 	return s
 }
 
+// scopeID returns the number of scope, numbering it on first sight.
+// Numbers are never reused: a store sees as many scopes as its limiters
+// have had rules.
+func (s *Store) scopeID(scope string) uint32 {
+	if m := s.scopes.Load(); m != nil {
+		if id, ok := (*m)[scope]; ok {
+			return id
+		}
+	}
+	s.scopesMu.Lock()
+	defer s.scopesMu.Unlock()
+	old := s.scopes.Load()
+	if old != nil {
+		if id, ok := (*old)[scope]; ok {
+			return id
+		}
+	}
+	m := make(map[string]uint32, 1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	id := uint32(len(m) + 1)
+	m[scope] = id
+	s.scopes.Store(&m)
+	return id
+}
+
 func nextPow2(n int) int {
 	p := 1
 	for p < n {
@@ -175,8 +214,34 @@ func (s *Store) Len() int {
 // then indexes the key within its shard (see find).
 func (s *Store) shardOf(h uint64) int { return int(h & s.mask) }
 
-// maxInline is how many ops a batch may have before Apply allocates scratch.
+// maxInline is how many ops a decision may have before the store
+// allocates scratch.
 const maxInline = 8
+
+// name is the state an op decides on: its rule's scope (by number, see
+// scopeID) and its key.
+type name struct {
+	scope uint32
+	key   string
+}
+
+// op is one rule of a decision as the store applies it, whichever way the
+// decision came in (a Batch to Apply, a Call to a Bound): the rule's
+// parameters and where its answer goes; then, once resolved, the hash,
+// shard and slot of its key. The op's name is apart, in a slice of its
+// own: a key the store inserts is kept, and escape analysis, which does
+// not tell the fields of a slice's elements apart, would send the answers
+// the ops point to (the caller's) to the heap with it.
+type op struct {
+	p      *store.Params
+	shadow bool
+	res    *store.Result
+	stamp  *int64 // an output of consume and record, an input of refund
+
+	h     uint64
+	shard int
+	slot  int32 // -1: the key is not held (a peek, a refund or a reset of it)
+}
 
 // Apply applies b atomically: the shards of all its keys are locked, in
 // ascending order, for the whole batch.
@@ -184,125 +249,138 @@ func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 	if len(b.Ops) == 0 {
 		return nil
 	}
-	now := b.Now.UnixMicro()
-	if len(b.Ops) == 1 && (b.Mode == store.Consume || b.Mode == store.Peek) {
-		s.applyOne(b, now)
-		return nil
-	}
-	var shardBuf, lockBuf [maxInline]int
-	var idxBuf [maxInline]int32
-	var hashBuf [maxInline]uint64
-	shardOf, locks, idx, hashes := shardBuf[:0], lockBuf[:0], idxBuf[:0], hashBuf[:0]
+	var nameBuf [maxInline]name
+	var buf [maxInline]op
+	names, ops := nameBuf[:0], buf[:0]
 	if len(b.Ops) > maxInline {
-		hashes = make([]uint64, 0, len(b.Ops))
-		shardOf = make([]int, 0, len(b.Ops))
-		locks = make([]int, 0, len(b.Ops))
-		idx = make([]int32, 0, len(b.Ops))
+		names, ops = make([]name, 0, len(b.Ops)), make([]op, 0, len(b.Ops))
 	}
 	for i := range b.Ops {
-		h := maphash.String(s.seed, b.Ops[i].Key)
-		si := s.shardOf(h)
-		hashes = append(hashes, h)
-		shardOf = append(shardOf, si)
-		if !containsInt(locks, si) {
-			locks = append(locks, si)
+		o := &b.Ops[i]
+		names = append(names, name{s.scopeID(o.Scope), o.Key})
+		ops = append(ops, op{p: &o.Params, shadow: o.Shadow, res: &o.Result, stamp: &o.Stamp})
+	}
+	b.Allowed = s.decide(b.Mode, b.Now.UnixMicro(), b.Cost, b.Ticket, names, ops)
+	return nil
+}
+
+// decide applies one decision of mode to ops, named by names, atomically
+// and reports whether a consume was admitted (and charged).
+func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []name, ops []op) bool {
+	if len(ops) == 1 && (mode == store.Consume || mode == store.Peek) {
+		return s.decideOne(mode, now, cost, ticket, names[0], &ops[0])
+	}
+	var lockBuf [maxInline]int
+	locks := lockBuf[:0]
+	if len(ops) > maxInline {
+		locks = make([]int, 0, len(ops))
+	}
+	for i := range ops {
+		o := &ops[i]
+		if i > 0 && names[i].key == names[i-1].key {
+			o.h = ops[i-1].h // rules keyed on the same value: one hash
+		} else {
+			o.h = maphash.String(s.seed, names[i].key)
+		}
+		o.shard = s.shardOf(o.h)
+		if !containsInt(locks, o.shard) {
+			locks = append(locks, o.shard)
 		}
 	}
 	if len(locks) > 1 {
 		sort.Ints(locks)
 	}
 	s.lock(locks)
+	defer s.unlock(locks)
 	var ticketShard *shard
-	if b.Mode == store.Refund && !leasesOnly(b) {
+	if mode == store.Refund && !leasesOnly(ops) {
 		// The spent-ticket record lives with the first op's shard, which
 		// is locked; so the check and the refund are one atomic step.
-		ticketShard = &s.shards[shardOf[0]]
+		ticketShard = &s.shards[ops[0].shard]
 		// A full spent-ticket table refuses refunds: stricter, never looser.
-		if _, spent := ticketShard.spent[b.Ticket]; spent || len(ticketShard.spent) >= 4*ticketShard.cap {
-			s.unlock(locks)
-			return nil
+		if _, spent := ticketShard.spent[ticket]; spent || len(ticketShard.spent) >= 4*ticketShard.cap {
+			return false
 		}
 	}
 	// Resolve every op to a slot before taking pointers: inserting may
 	// grow a shard's slice.
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		sh := &s.shards[shardOf[i]]
+	for i := range ops {
+		o := &ops[i]
+		sh := &s.shards[o.shard]
 		if now > sh.now {
 			sh.now = now
 		}
-		j := sh.find(hashes[i], op.Scope, op.Key)
+		j := sh.find(o.h, names[i].scope, names[i].key)
 		if j >= 0 {
 			sh.entries[j].ref = true
 		} else {
 			// A key not held has nothing to reset or refund, and a peek
 			// must not write it (inserting could evict another key).
-			if b.Mode == store.Reset || b.Mode == store.Refund || b.Mode == store.Peek {
-				idx = append(idx, -1)
+			if mode == store.Reset || mode == store.Refund || mode == store.Peek {
+				o.slot = -1
 				continue
 			}
-			j = sh.insert(hashes[i], op.Scope, op.Key, now) // a new key earns its second chance by reuse
+			j = sh.insert(o.h, names[i].scope, names[i].key, now) // a new key earns its second chance by reuse
 		}
 		sh.entries[j].pin = true
-		idx = append(idx, j)
+		o.slot = j
 	}
-	s.apply(b, now, shardOf, idx, ticketShard)
-	for i, j := range idx {
-		if j < 0 {
+	allowed := s.apply(mode, now, cost, ticket, ops, ticketShard)
+	for i := range ops {
+		o := &ops[i]
+		if o.slot < 0 {
 			continue
 		}
-		sh := &s.shards[shardOf[i]]
-		e := &sh.entries[j]
+		sh := &s.shards[o.shard]
+		e := &sh.entries[o.slot]
 		e.pin = false
-		if b.Mode == store.Reset || spent(e, e.wrote, now) {
-			sh.remove(j)
+		if mode == store.Reset || spent(e, e.wrote, now) {
+			sh.remove(o.slot)
 		}
 	}
-	s.unlock(locks)
-	return nil
+	return allowed
 }
 
-// applyOne is Apply for the most common batch, a consume or peek of one
-// rule: the same steps as the general path without its bookkeeping for
-// several shards and slots.
-func (s *Store) applyOne(b *store.Batch, now int64) {
-	op := &b.Ops[0]
-	h := maphash.String(s.seed, op.Key)
+// decideOne is decide for the most common decision, a consume or peek of
+// one rule: the same steps without the bookkeeping for several shards and
+// slots.
+func (s *Store) decideOne(mode store.Mode, now, cost int64, ticket uint64, n name, o *op) bool {
+	h := maphash.String(s.seed, n.key)
 	sh := &s.shards[s.shardOf(h)]
 	sh.mu.Lock()
 	if now > sh.now {
 		sh.now = now
 	}
-	j := sh.find(h, op.Scope, op.Key)
-	var fresh entry // a peek's view of a key not held: never inserted
-	e := &fresh
+	j := sh.find(h, n.scope, n.key)
+	var e *entry
 	switch {
 	case j >= 0:
 		sh.entries[j].ref = true
 		e = &sh.entries[j]
-	case b.Mode == store.Peek:
+	case mode == store.Peek:
+		var fresh entry // a peek's view of a key not held: never inserted
 		fresh.st.Reset()
+		e = &fresh
 	default:
-		j = sh.insert(h, op.Scope, op.Key, now)
+		j = sh.insert(h, n.scope, n.key, now)
 		e = &sh.entries[j]
 	}
-	p := &op.Params
+	p := o.p
 	var tmp algo.State
 	v := view(p, e, &tmp)
 	algo.Normalize(p, v, now)
-	ok, never, retry := algo.Check(p, v, now, b.Cost)
-	op.Result = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-	allowed := ok || op.Shadow
-	charge := b.Mode == store.Consume && ok
+	ok, never, retry := algo.Check(p, v, now, cost)
+	*o.res = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+	charge := mode == store.Consume && ok
 	if charge {
-		op.Stamp = algo.Take(p, v, now, b.Cost, b.Ticket)
+		*o.stamp = algo.Take(p, v, now, cost, ticket)
 	}
-	settle(p, op, e, v, charge, now)
-	b.Allowed = allowed && b.Mode == store.Consume
+	settle(p, o.res, e, v, charge, now)
 	if j >= 0 && spent(e, charge, now) {
 		sh.remove(j)
 	}
 	sh.mu.Unlock()
+	return (ok || o.shadow) && mode == store.Consume
 }
 
 // view is the state a decision on e works on: e's own for kinds that
@@ -312,20 +390,23 @@ func view(p *store.Params, e *entry, tmp *algo.State) *algo.State {
 	if algo.InPlace(p.Algorithm) {
 		return &e.st
 	}
-	*tmp = e.st
+	// The kinds normalized on a copy keep all their state in its head
+	// (see algo.State): copying Ring and Leases too would cost a
+	// decision more than its arithmetic.
+	tmp.Live, tmp.A, tmp.B, tmp.C = e.st.Live, e.st.A, e.st.B, e.st.C
 	return tmp
 }
 
-// settle fills op's remaining and reset from v, the state decided on, and
+// settle fills res's remaining and reset from v, the state decided on, and
 // keeps v as e's state when the decision wrote (charged or recorded), with
 // its expiry. A decision that charged nothing leaves e as it was.
-func settle(p *store.Params, op *store.Op, e *entry, v *algo.State, wrote bool, now int64) {
+func settle(p *store.Params, res *store.Result, e *entry, v *algo.State, wrote bool, now int64) {
 	rem, reset, exp := algo.StatusExpiry(p, v, now)
-	op.Result.Remaining, op.Result.ResetAfter = rem, micros(reset)
+	res.Remaining, res.ResetAfter = rem, micros(reset)
 	if wrote || algo.InPlace(p.Algorithm) {
 		e.exp = exp
-		if v != &e.st {
-			e.st = *v
+		if v != &e.st { // a copy of the head (see view)
+			e.st.Live, e.st.A, e.st.B, e.st.C = v.Live, v.A, v.B, v.C
 		}
 	}
 }
@@ -352,113 +433,114 @@ func (s *Store) unlock(locks []int) {
 	}
 }
 
-// apply runs the algorithms over a batch whose keys are resolved and locked.
-func (s *Store) apply(b *store.Batch, now int64, shardOf []int, idx []int32, ticketShard *shard) {
-	// A peek of a key not held (idx -1) works on a fresh entry of its own.
+// apply runs the algorithms over a decision whose keys are resolved and
+// locked, and reports whether a consume was admitted.
+func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op, ticketShard *shard) bool {
+	// A peek of a key not held (slot -1) works on a fresh entry of its own.
 	// The scratch is declared where it is used: zeroing it is not free.
 	var fresh []entry
-	if b.Mode == store.Peek {
+	if mode == store.Peek {
 		var freshBuf [maxInline]entry
 		fresh = freshBuf[:]
-		if len(b.Ops) > maxInline {
-			fresh = make([]entry, len(b.Ops))
+		if len(ops) > maxInline {
+			fresh = make([]entry, len(ops))
 		}
-		for i, j := range idx {
-			if j < 0 {
+		for i := range ops {
+			if ops[i].slot < 0 {
 				fresh[i].st.Reset()
 			}
 		}
 	}
-	entry := func(i int) *entry {
-		if idx[i] < 0 {
-			return &fresh[i]
-		}
-		return &s.shards[shardOf[i]].entries[idx[i]]
-	}
-	switch b.Mode {
+	switch mode {
 	case store.Consume, store.Peek:
 		var tmpBuf [maxInline]algo.State
 		tmp := tmpBuf[:]
-		if len(b.Ops) > maxInline {
-			tmp = make([]algo.State, len(b.Ops))
+		if len(ops) > maxInline {
+			tmp = make([]algo.State, len(ops))
 		}
 		allowed := true
-		for i := range b.Ops {
-			op, e := &b.Ops[i], entry(i)
-			p := &op.Params
-			v := view(p, e, &tmp[i])
-			algo.Normalize(p, v, now)
-			ok, never, retry := algo.Check(p, v, now, b.Cost)
-			op.Result = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-			if !ok && !op.Shadow {
+		for i := range ops {
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
+			v := view(o.p, e, &tmp[i])
+			algo.Normalize(o.p, v, now)
+			ok, never, retry := algo.Check(o.p, v, now, cost)
+			*o.res = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+			if !ok && !o.shadow {
 				allowed = false
 			}
 		}
-		for i := range b.Ops {
-			op, e := &b.Ops[i], entry(i)
-			p := &op.Params
+		for i := range ops {
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
 			v := &e.st
-			if !algo.InPlace(p.Algorithm) {
+			if !algo.InPlace(o.p.Algorithm) {
 				v = &tmp[i]
 			}
-			charge := b.Mode == store.Consume && allowed && op.Result.Allowed
+			charge := mode == store.Consume && allowed && o.res.Allowed
 			if charge {
-				op.Stamp = algo.Take(p, v, now, b.Cost, b.Ticket)
+				*o.stamp = algo.Take(o.p, v, now, cost, ticket)
 			}
-			settle(p, op, e, v, charge, now)
+			settle(o.p, o.res, e, v, charge, now)
 			e.wrote = charge
 		}
-		b.Allowed = allowed && b.Mode == store.Consume
+		return allowed && mode == store.Consume
 	case store.Record:
-		for i := range b.Ops {
-			op, e := &b.Ops[i], entry(i)
-			p := &op.Params
-			algo.Normalize(p, &e.st, now)
-			op.Stamp = algo.Take(p, &e.st, now, b.Cost, b.Ticket)
-			ok, never, retry := algo.Check(p, &e.st, now, 1)
-			op.Result = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-			settle(p, op, e, &e.st, true, now)
+		for i := range ops {
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
+			algo.Normalize(o.p, &e.st, now)
+			*o.stamp = algo.Take(o.p, &e.st, now, cost, ticket)
+			ok, never, retry := algo.Check(o.p, &e.st, now, 1)
+			*o.res = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
+			settle(o.p, o.res, e, &e.st, true, now)
 			e.wrote = true
 		}
 	case store.Refund:
 		var keep int64
-		for i := range b.Ops {
-			op := &b.Ops[i]
-			p := &op.Params
-			keep = max(keep, algo.TicketLifetime(p))
-			if idx[i] < 0 {
+		for i := range ops {
+			o := &ops[i]
+			keep = max(keep, algo.TicketLifetime(o.p))
+			if o.slot < 0 {
 				continue // the key is gone: its window has passed
 			}
-			e := entry(i)
-			if algo.InPlace(p.Algorithm) {
-				algo.Normalize(p, &e.st, now)
+			e := s.entryOf(ops, i, fresh)
+			if algo.InPlace(o.p.Algorithm) {
+				algo.Normalize(o.p, &e.st, now)
 			}
-			algo.Give(p, &e.st, now, b.Cost, op.Stamp, b.Ticket)
+			algo.Give(o.p, &e.st, now, cost, *o.stamp, ticket)
 			// The result reports the key as the refund leaves it, brought
 			// to now on a copy; the stored state and its expiry stay as
 			// they are (the key can only reach "nothing held" sooner).
 			var tmp algo.State
-			v := view(p, e, &tmp)
-			algo.Normalize(p, v, now)
-			settle(p, op, e, v, false, now)
+			v := view(o.p, e, &tmp)
+			algo.Normalize(o.p, v, now)
+			settle(o.p, o.res, e, v, false, now)
 			e.wrote = false
 		}
 		if ticketShard != nil {
-			ticketShard.spent[b.Ticket] = now + keep
+			ticketShard.spent[ticket] = now + keep
 		}
 	case store.Reset:
-		for i := range b.Ops {
-			b.Ops[i].Result = store.Result{Allowed: true, Remaining: b.Ops[i].Params.Limit}
+		for i := range ops {
+			*ops[i].res = store.Result{Allowed: true, Remaining: ops[i].p.Limit}
 		}
 	}
+	return false
 }
 
-// leasesOnly reports whether every op of b is a Concurrency rule: a refund
+// entryOf is the entry of ops[i], a resolved op: its slot's, or fresh[i]
+// for a peek of a key not held.
+func (s *Store) entryOf(ops []op, i int, fresh []entry) *entry {
+	if ops[i].slot < 0 {
+		return &fresh[i]
+	}
+	return &s.shards[ops[i].shard].entries[ops[i].slot]
+}
+
+// leasesOnly reports whether every op is of a Concurrency rule: a refund
 // of leases alone is idempotent and keeps no spent-ticket record (see
 // store.Refund).
-func leasesOnly(b *store.Batch) bool {
-	for i := range b.Ops {
-		if b.Ops[i].Params.Algorithm != store.Concurrency {
+func leasesOnly(ops []op) bool {
+	for i := range ops {
+		if ops[i].p.Algorithm != store.Concurrency {
 			return false
 		}
 	}

@@ -13,9 +13,8 @@ import (
 // packs the high 32 bits of the hash (its tag, whose low bits are also its
 // home position) and the slot + 1; 0 is an empty element. A tag match is
 // confirmed by comparing the slot's key. The chain is one slot long unless
-// several rules of the store key on the same value, and its scope
-// comparisons are pointer-equal in the common case (a rule's scope is one
-// string).
+// several rules of the store key on the same value; scopes are compared
+// by number.
 
 // minTable is the smallest index table.
 const minTable = 16
@@ -43,7 +42,7 @@ func (sh *shard) lookup(h uint64, key string) int {
 
 // find returns the slot of key (whose hash is h) under scope, or -1. The
 // caller holds sh.mu.
-func (sh *shard) find(h uint64, scope, key string) int32 {
+func (sh *shard) find(h uint64, scope uint32, key string) int32 {
 	i := sh.lookup(h, key)
 	if i < 0 {
 		return -1
@@ -139,7 +138,7 @@ func (sh *shard) unlink(j int32) {
 // insert adds key under scope to the shard, evicting a key if the shard is
 // full, and returns its slot. The key must not be present. The caller holds
 // sh.mu.
-func (sh *shard) insert(h uint64, scope, key string, now int64) int32 {
+func (sh *shard) insert(h uint64, scope uint32, key string, now int64) int32 {
 	var j int32
 	switch {
 	case len(sh.free) > 0:
@@ -208,7 +207,7 @@ func (sh *shard) remove(j int32) {
 		return
 	}
 	sh.unlink(j)
-	e.use, e.scope, e.key = false, "", ""
+	e.use, e.scope, e.key = false, 0, ""
 	sh.n--
 	sh.free = append(sh.free, j)
 }
