@@ -72,7 +72,11 @@ type Options struct {
 	// the store cannot answer (a failed call, or the breaker open): the
 	// decision is applied to Fallback instead, typically a memory store
 	// holding each instance's share of the limits (see store/share). The
-	// limiter's breaker alone decides when the store is back.
+	// limiter's breaker alone decides when the store is back. What the
+	// fallback charged is then handed back: recorded into the store's
+	// current windows (what is still within its rule's window), so that
+	// the window in which the store returns is not spent twice. The
+	// handback remembers up to 100,000 keys.
 	Fallback store.Store
 	// Observer, when set, is called after every decision (consume, peek
 	// and record), for metrics and audit. Refunds and resets are not
@@ -122,6 +126,7 @@ type Limiter struct {
 	name     string
 	store    store.Store
 	fallback store.Store
+	handback *handback // what the fallback charged (handback.go); nil without one
 	rules    []*compiledRule
 	byName   map[string]*compiledRule
 	leases   bool // a rule is Concurrency: consumes need a lease id
@@ -216,6 +221,9 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	}
 	if ip, ok := st.(store.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
+	}
+	if l.remote && l.fallback != nil {
+		l.handback = &handback{}
 	}
 	for i, r := range rules {
 		c, err := compileRule(name, i, r)
@@ -471,6 +479,7 @@ func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decis
 				err = errors.Join(err, ferr)
 			} else {
 				l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, b.Now)
+				l.handback.note(b)
 				err = nil
 			}
 		}
@@ -583,6 +592,9 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	}
 	if l.breaker.Success() {
 		l.logger.Info("floodgate: store circuit breaker closed: decisions are made by the rules again", "limiter", l.name)
+	}
+	if l.handback != nil && l.handback.pending.Load() {
+		l.handBack()
 	}
 	return nil
 }
