@@ -23,11 +23,12 @@ const handbackBatch = 32
 // instance admitted on its own, and a window is not spent twice (once
 // locally during the outage, once more in the store when it is back).
 //
-// Only what is still in a window when the store answers is handed back:
-// units charged longer than the rule's window ago have aged out, as they
-// would have in the store. Units recorded into the store land in its
-// current window (a sliding window's newest bucket, a bucket's tokens now),
-// which is stricter than the store would have been, never looser.
+// Only what the fallback charged in its current window is handed back (a
+// fixed window's, or the last window's span for the other algorithms):
+// units of windows that have ended have aged out, as they would have in
+// the store. Units recorded into the store land in its current window (a
+// sliding window's newest bucket, a bucket's tokens now), which is
+// stricter than the store would have been, never looser.
 // Concurrency leases are not handed back: they are released by their
 // tickets. It is safe for concurrent use.
 type handback struct {
@@ -40,10 +41,37 @@ type handback struct {
 
 type handbackKey struct{ scope, key string }
 
+// handbackEntry is what the fallback charged one rule key in its current
+// window: a fixed window's (the one that opened at stamp), or for the
+// other algorithms the charges since first, restarted once first is a
+// window old.
 type handbackEntry struct {
-	params store.Params
-	units  int64
-	last   time.Time // the last charge, by the limiter's clock
+	params      store.Params
+	units       int64
+	stamp       int64     // FixedWindow: the fallback's window start (µs)
+	first, last time.Time // the first and last charge counted, by the limiter's clock
+}
+
+// count adds a charge of n at now, stamped by the fallback, first
+// forgetting the charges of a window that has ended.
+func (e *handbackEntry) count(p store.Params, n, stamp int64, now time.Time) {
+	fixed := p.Algorithm == store.FixedWindow
+	if e.units == 0 || fixed && stamp != e.stamp || !fixed && now.Sub(e.first) >= windowOf(p) {
+		e.units, e.stamp, e.first = 0, stamp, now
+	}
+	e.params, e.units, e.last = p, e.units+n, now
+}
+
+// current says whether the charges still count at now: the fallback's
+// fixed window is still open, or the last charge is less than a window old.
+func (e *handbackEntry) current(now time.Time) bool {
+	if e.units <= 0 {
+		return false
+	}
+	if e.params.Algorithm == store.FixedWindow {
+		return now.UnixMicro() < e.stamp+windowOf(e.params).Microseconds()
+	}
+	return now.Sub(e.last) < windowOf(e.params)
 }
 
 // note remembers what b charged on the fallback. A nil handback (a
@@ -85,7 +113,7 @@ func (h *handback) note(b *store.Batch) {
 			e = &handbackEntry{}
 			h.entries[k] = e
 		}
-		e.params, e.units, e.last = op.Params, e.units+b.Cost, b.Now
+		e.count(op.Params, b.Cost, op.Stamp, b.Now)
 	}
 	h.pending.Store(len(h.entries) > 0)
 }
@@ -110,9 +138,11 @@ func (h *handback) putBack(entries []handbackItem) {
 	}
 	for _, it := range entries {
 		if e := h.entries[it.k]; e != nil {
-			e.units += it.e.units
-			if it.e.last.After(e.last) {
-				e.last = it.e.last
+			// Charged again since the flush took it: add up, unless a new
+			// fixed window has opened since, in which the old one's units
+			// have aged out.
+			if it.e.params.Algorithm != store.FixedWindow || e.stamp == it.e.stamp {
+				e.units += it.e.units
 			}
 			continue
 		}
@@ -145,7 +175,7 @@ func (l *Limiter) flushHandback() {
 	now := l.clock.Now()
 	items := make([]handbackItem, 0, len(entries))
 	for k, e := range entries {
-		if e.units > 0 && now.Sub(e.last) < windowOf(e.params) {
+		if e.current(now) {
 			items = append(items, handbackItem{k, e})
 		}
 	}

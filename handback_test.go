@@ -48,7 +48,7 @@ func waitRemaining(t *testing.T, want int64, instances ...*floodgate.Limiter) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("alice has %d left (reason %v, breaker %v), want %d: the fallback's admissions were not handed back",
+			t.Fatalf("alice has %d left (reason %v, breaker %v), want %d (the store has not counted what the fallback admitted in its window)",
 				o.Remaining, o.Reason, l.Breaker(), want)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -100,17 +100,29 @@ func TestFallbackHandsBack(t *testing.T) {
 	}
 }
 
-// TestFallbackHandsBackOnlyItsWindow: charges older than the rule's
-// window have aged out, as they would have in the store, and are not
-// handed back.
+// TestFallbackHandsBackOnlyItsWindow: charges of a window that has ended
+// have aged out, as they would have in the store, and are not handed back:
+// of 10 units in the fallback's first minute and 5 in its second, the
+// store learns 5; a minute later, nothing.
 func TestFallbackHandsBackOnlyItsWindow(t *testing.T) {
 	st := newFaultyStore(t, failing)
 	l, clock := handbackLimiter(t, st)
 	if got := admit(l, 10); got != 10 {
 		t.Fatalf("the fallback admitted %d of 10", got)
 	}
-	st.set(healthy)
 	clock.Advance(time.Minute)
+	if got := admit(l, 5); got != 5 {
+		t.Fatalf("the fallback admitted %d of 5 in its next minute", got)
+	}
+	st.set(healthy)
+	clock.Advance(time.Second) // past the breaker's cooldown
+	waitRemaining(t, 95, l)
+
+	st.set(failing)
+	clock.Advance(2 * time.Minute) // the store's window has ended too
+	admit(l, 10)
+	st.set(healthy)
+	clock.Advance(time.Minute + time.Second)
 	waitRemaining(t, 100, l)
 	time.Sleep(50 * time.Millisecond) // a handback would have landed
 	if got := admit(l, 100); got != 100 {
