@@ -155,6 +155,36 @@ func ExampleLimiter_Refund() {
 	// password ok=false, failures left: 1
 }
 
+// Reserve the largest cost a request may have, then give back what it did
+// not use: a token budget spent exactly, with no ticket to keep.
+func ExampleLimiter_GiveBack() {
+	store := memory.New(nil)
+	defer store.Close()
+	limiter, err := floodgate.New("llm", store, []floodgate.Rule{{
+		Name:      "tokens-per-hour",
+		Algorithm: floodgate.FixedWindow,
+		Align:     floodgate.AlignClock,
+		Limit:     10_000,
+		Window:    time.Hour,
+		Key:       []string{"user"},
+	}}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	user := floodgate.Attributes{"user": "u1"}
+	d, _ := limiter.AllowN(ctx, user, 4000) // the largest response allowed
+	fmt.Println("reserved:", d.Allowed, d.Remaining, "left")
+	used := int64(1000)
+	_ = limiter.GiveBack(ctx, user, 4000-used) // a give-back never fails the caller
+	d, _ = limiter.Peek(ctx, user, 1)
+	fmt.Println("after the response:", d.Remaining, "left")
+	// Output:
+	// reserved: true 6000 left
+	// after the response: 9000 left
+}
+
 // A shadow rule runs dark: it counts and reports what it would have
 // decided, but never denies.
 func ExampleRule_shadow() {

@@ -59,6 +59,10 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 			continue
 		}
 		c := cost(req, i)
+		if req.Descriptors[i].GetIsNegativeHits() {
+			st.giveBack(ctx, resp, i, limiters[i], lf, keys[i], c)
+			continue
+		}
 		g := fit(w.groups, limiters[i], c, lf)
 		if g == nil {
 			g = w.group(limiters[i], c)
@@ -208,6 +212,27 @@ func (st *state) leafStatus(resp response, i int, lf *leaf, g *group) {
 		// the reference service does.
 		ds.Code = code(lf.shadow)
 		resp.setReset(i, rd.resetAfter)
+	}
+}
+
+// giveBack gives n units back to descriptor i's limit lf (is_negative_hits:
+// a reservation larger than the usage), in the window it counts in now,
+// and writes its status: OK (a give-back is never refused) with what is
+// left after it. A give-back that fails leaves the limit stricter; the
+// limiter logs it.
+func (st *state) giveBack(ctx context.Context, resp response, i int, l *floodgate.Limiter, lf *leaf, key string, n int64) {
+	attrs := floodgate.Attributes{lf.rule: key}
+	if lf.override {
+		attrs[overrideLimitAttr] = strconv.FormatUint(uint64(lf.rpu), 10)
+	}
+	_ = l.GiveBack(ctx, attrs, n)
+	d, _ := l.Peek(ctx, attrs, 1)
+	ds := resp.status(i)
+	ds.Code = rlsv3.RateLimitResponse_OK
+	resp.setLimit(i, lf)
+	if d.Reason != floodgate.ReasonStore {
+		ds.LimitRemaining = clamp32(d.Remaining)
+		resp.setReset(i, d.ResetAfter)
 	}
 }
 

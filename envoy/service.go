@@ -188,14 +188,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return msg, nil
 }
 
-// cost returns descriptor i's units: 0 (check only) when it gives units
-// back (is_negative_hits, which has no floodgate form), else its own
-// hits_addend when set (0 checks only), else the request's, where 0 means
-// unset and so 1.
+// cost returns descriptor i's units: its own hits_addend when set (0
+// checks only), else the request's, where 0 means unset and so 1. With
+// is_negative_hits they are units to give back.
 func cost(req *rlsv3.RateLimitRequest, i int) int64 {
-	if req.Descriptors[i].GetIsNegativeHits() {
-		return 0
-	}
 	if h := req.Descriptors[i].GetHitsAddend(); h != nil {
 		return int64(min(h.GetValue(), math.MaxInt32))
 	}
@@ -240,10 +236,11 @@ func (g *group) decide(ctx context.Context, mode floodgate.Mode, refundable bool
 	g.out = floodgate.Outcome{Decision: d}
 }
 
-// run decides the groups so that a request denied anywhere is
-// charged nowhere: checks first, then the charging groups in turn; after a
-// denial the rest are only checked, and what was taken is given back.
-// blocked says the request is already denied.
+// run decides the groups so that a request denied anywhere is charged
+// only where it was refused: checks first, then the charging groups in
+// turn; after a denial the rest are only checked, what was taken is given
+// back, and each limit that refused the request is charged its cost
+// (chargeRefused). blocked says the request is already denied.
 func run(ctx context.Context, groups []*group, blocked bool) {
 	denied := blocked
 	charging := 0
@@ -263,12 +260,14 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 		}
 		if denied {
 			g.decide(ctx, floodgate.ModePeek, false)
+			g.chargeRefused(ctx)
 			continue
 		}
 		g.decide(ctx, floodgate.ModeConsume, refundable)
 		if g.out.Allowed {
 			continue
 		}
+		g.chargeRefused(ctx)
 		// Every charging group before this one was admitted: give
 		// back what they took.
 		denied = true
@@ -281,5 +280,39 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 			_ = t.l.Refund(ctx, t.out.Ticket())
 			t.refunded = true
 		}
+	}
+}
+
+// chargeRefused records g's cost into each Envoy-format limit of g that
+// refused it, as the reference service counts every hit: usage reported
+// after the response (Envoy AI Gateway's stream-done charges, whose answer
+// is ignored) is spent even when it does not fit, and later requests are
+// refused until the window turns. Only the reference's own kind of limit,
+// a fixed window, is charged: the limits of g that admitted are not, nor
+// floodgate's algorithms used as an extension (a token bucket keeps its
+// meaning), nor anything when the store failed, a shadow limit would
+// have refused, or g is one of floodgate's own limiters (whose refused
+// requests never count).
+func (g *group) chargeRefused(ctx context.Context) {
+	if g.cost == 0 || g.out.Reason == floodgate.ReasonStore || len(g.leaves) == 0 {
+		return
+	}
+	var refused floodgate.Attributes
+	for _, lf := range g.leaves {
+		if r, applied := g.result(lf.rule); !applied || r.allowed || lf.shadow || lf.algorithm != floodgate.FixedWindow {
+			continue
+		}
+		if refused == nil {
+			refused = make(floodgate.Attributes, len(g.leaves)+1)
+		}
+		refused[lf.rule] = g.attrs[lf.rule]
+		if lf.override {
+			refused[overrideLimitAttr] = g.attrs[overrideLimitAttr]
+		}
+	}
+	if refused != nil {
+		// A record that fails leaves the limit looser by this hit; the
+		// limiter's failure policy logs it.
+		_, _ = g.l.Record(ctx, refused, g.cost)
 	}
 }

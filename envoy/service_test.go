@@ -293,20 +293,45 @@ func TestHitsAddend(t *testing.T) {
 	// counters never pass the limit, so the reference's rule would let
 	// every check pass (docs/envoy.md, "Cost").
 	h.check(h.ask("edge", 0, withHits(ip(), 0)), over, want{over, 3, minute, 0, 30 * time.Second})
-	// A cost the window can never hold is over the limit and counts nothing.
+	// A cost the window can never hold is over the limit, and is charged
+	// (usage reported after the fact spends the window, as the reference
+	// counts every hit): the next request is over too.
 	h.check(h.ask("edge", 0, withHits(desc("remote_address", "10.0.0.2"), 4)), over, want{over, 3, minute, 0, 30 * time.Second})
-	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.2")), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.2")), over, want{over, 3, minute, 0, 30 * time.Second})
 }
 
-// is_negative_hits has no floodgate form: the descriptor is only checked,
-// whatever its cost.
-func TestNegativeHitsCheckOnly(t *testing.T) {
+// is_negative_hits gives units back to the descriptor's current window,
+// never below nothing counted, and answers OK with what is left.
+func TestNegativeHitsGiveBack(t *testing.T) {
 	h := start(t, loadEdge(t), nil, nil)
-	neg := desc("remote_address", "10.0.0.1")
-	neg.IsNegativeHits = true
-	h.check(h.ask("edge", 2, neg), ok, want{ok, 3, minute, 3, 30 * time.Second})
-	h.check(h.ask("edge", 0, withHits(neg, 5)), ok, want{ok, 3, minute, 3, 30 * time.Second})
-	h.check(h.ask("edge", 0, desc("remote_address", "10.0.0.1")), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	ip := func() *commonv3.RateLimitDescriptor { return desc("remote_address", "10.0.0.1") }
+	neg := func(n uint64) *commonv3.RateLimitDescriptor {
+		d := withHits(ip(), n)
+		d.IsNegativeHits = true
+		return d
+	}
+	h.check(h.ask("edge", 3, ip()), ok, want{ok, 3, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, neg(2)), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	h.check(h.ask("edge", 0, ip()), ok, want{ok, 3, minute, 1, 30 * time.Second})
+	// More than was charged leaves nothing counted, not less.
+	h.check(h.ask("edge", 0, neg(10)), ok, want{ok, 3, minute, 3, 30 * time.Second})
+	h.check(h.ask("edge", 3, ip()), ok, want{ok, 3, minute, 0, 30 * time.Second})
+}
+
+// A hit that does not fit is charged to the limit that refused it, and to
+// no other: an after-the-response charge crossing a budget spends it.
+func TestRefusedHitCharged(t *testing.T) {
+	h := start(t, loadEdge(t), nil, nil)
+	ip, path := desc("remote_address", "10.0.0.1"), desc("path", "/api/x")
+	h.check(h.ask("edge", 2, path), ok, want{ok, 2, minute, 0, 30 * time.Second})
+	// Refused by the path's limit: the path is charged, the address is not.
+	h.check(h.ask("edge", 0, ip, path), over, want{ok, 3, minute, 3, 30 * time.Second}, want{over, 2, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, ip), ok, want{ok, 3, minute, 2, 30 * time.Second})
+	// Giving back one of the path's three units still leaves it full.
+	give := desc("path", "/api/x")
+	give.IsNegativeHits = true
+	h.check(h.ask("edge", 0, give), ok, want{ok, 2, minute, 0, 30 * time.Second})
+	h.check(h.ask("edge", 0, give), ok, want{ok, 2, minute, 1, 30 * time.Second})
 }
 
 // An over-limit descriptor charges none of the others, whether they are

@@ -13,10 +13,15 @@
 //
 // Background reclamation stays off: a sweep may forget an expired token
 // bucket that a decision read but did not write, which the model keeps
-// (full only at the burst of its last write; see algo.FixedExpiry), so a
+// (full only at the burst of its last write), so a
 // sweep between two steps that change a rule's burst would make the
 // answers depend on when it ran. The memory store's own tests cover the
 // sweeper.
+//
+// RunConcurrent is the suite's other part: it drives a store as
+// production does, on its own clock, with many callers on one key and
+// windows that turn during the run, and checks the bounds no schedule may
+// break (and, for a remote store, every key's TTL).
 //
 // The suite drives the store through the public Limiter API with a
 // floodgate.ManualClock, so a store must take the time of each decision from

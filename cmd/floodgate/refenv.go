@@ -89,7 +89,7 @@ var referenceEnv = []envVar{
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "0", mapped, "floodgate's local over-limit cache, one entry per 64 bytes; 0 keeps its default size (store.redis.deny_cache_size)"},
 	{"NEAR_LIMIT_RATIO", "0.8", ignored, "near-limit statistics are not kept"},
 	{"CACHE_KEY_PREFIX", "", mapped, "the prefix of floodgate's Redis keys (default fg:)"},
-	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", mapped, "floodgate never charges a request that is over the limit anywhere, as if always true"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "false", mapped, "floodgate charges a refused hit only to the limits that refused it, as the reference does with this set to true"},
 
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "false", honoured, "quota headers in response_headers_to_add"},
 	{"LIMIT_LIMIT_HEADER", "RateLimit-Limit", honoured, "with LIMIT_RESPONSE_HEADERS_ENABLED"},

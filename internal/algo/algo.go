@@ -82,13 +82,6 @@ func (s *State) Reset() {
 // that is kept only when the decision charges (see the package doc).
 func InPlace(k store.Algorithm) bool { return k == store.SlidingWindow || k == store.Concurrency }
 
-// FixedExpiry reports whether a key of kind k that reached its Expiry
-// means "nothing held" under any limits: true for all but token buckets,
-// which are full only at the burst their expiry was computed with. A store
-// forgets an expired token bucket that a decision read but did not write
-// only in the background (where its limits may since have been raised).
-func FixedExpiry(k store.Algorithm) bool { return k != store.TokenBucket }
-
 // Normalize brings s to the time now under the limits of p.
 func Normalize(p *Params, s *State, now int64) {
 	switch p.Algorithm {
@@ -416,4 +409,25 @@ func addClamped(a, b int64) int64 {
 		return MaxUnits
 	}
 	return a + b
+}
+
+// StampAt is the stamp a charge made at now carries (see Take), when it
+// does not depend on the key's state: the window start of a clock- or
+// calendar-aligned fixed window, the sub-bucket number of a sliding
+// window, now for token buckets and GCRA. A first-hit window starts where
+// its key's first hit was, and a lease has no stamp: ok is false for them.
+func StampAt(p *Params, now int64) (stamp int64, ok bool) {
+	switch p.Algorithm {
+	case store.FixedWindow:
+		if p.Align == store.AlignFirstHit {
+			return 0, false
+		}
+		start, _ := windowAt(p, now)
+		return start, true
+	case store.SlidingWindow:
+		return floorDiv(now, win(p)/p.Buckets), true
+	case store.TokenBucket, store.GCRA:
+		return now, true
+	}
+	return 0, false
 }

@@ -42,6 +42,8 @@ const fastResync = int64(time.Second)
 type Fast struct {
 	off  atomic.Int64 // wall − monotonic, ns
 	sync atomic.Int64 // monotonic time of the last re-read, ns; 0: never
+
+	wall func() time.Time // the wall clock; nil: time.Now (tests set it)
 }
 
 // Now returns the wall clock as of the last re-read plus the monotonic time
@@ -49,16 +51,36 @@ type Fast struct {
 func (c *Fast) Now() time.Time {
 	mono := nanotime()
 	if last := c.sync.Load(); last == 0 || mono-last >= fastResync {
-		return c.resync(mono)
+		return c.resync()
 	}
 	return time.Unix(0, mono+c.off.Load())
 }
 
-// resync re-reads the wall clock. Readers racing here each store their own
-// consistent offset; any of them is as good as the others.
-func (c *Fast) resync(mono int64) time.Time {
-	now := time.Now()
-	c.off.Store(now.UnixNano() - mono)
-	c.sync.Store(mono)
-	return now
+// maxSkew is how far apart the two monotonic readings around a wall-clock
+// reading may be for the offset they give to be kept.
+const maxSkew = int64(50 * time.Microsecond)
+
+// resync re-reads the wall clock between two readings of the monotonic
+// clock, and again while they are more than maxSkew apart: a reader
+// descheduled between the two clocks would otherwise store an offset off
+// by however long it waited (tens of milliseconds on a loaded machine),
+// and every reading would be that far off until the next re-read. After a
+// few tries it keeps the midpoint, off by at most half the gap. Readers
+// racing here each store their own consistent offset; any of them is as
+// good as the others.
+func (c *Fast) resync() time.Time {
+	wall := c.wall
+	if wall == nil {
+		wall = time.Now
+	}
+	for try := 1; ; try++ {
+		before := nanotime()
+		now := wall()
+		after := nanotime()
+		if after-before <= maxSkew || try == 4 {
+			c.off.Store(now.UnixNano() - before/2 - after/2)
+			c.sync.Store(after)
+			return now
+		}
+	}
 }

@@ -37,6 +37,25 @@ func TestFastClockResyncs(t *testing.T) {
 	}
 }
 
+// A reader descheduled while it re-reads the wall clock does not leave the
+// clock off by its wait: the offset used to be the wall clock read after
+// the wait less the monotonic clock read before it, and every reading for
+// the next second was that far ahead (60 ms seen under load).
+func TestFastClockResyncIgnoresAWait(t *testing.T) {
+	waits := 1
+	c := Fast{wall: func() time.Time {
+		if waits > 0 {
+			waits--
+			time.Sleep(30 * time.Millisecond) // descheduled between the clocks
+		}
+		return time.Now()
+	}}
+	c.Now()
+	if d := time.Until(c.Now()); d > time.Millisecond || d < -time.Millisecond {
+		t.Fatalf("after a re-read that waited 30ms the clock is %v off", d)
+	}
+}
+
 // BenchmarkClock is what a reading costs against time.Now: the reason Fast
 // exists.
 func BenchmarkClock(b *testing.B) {

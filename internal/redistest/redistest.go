@@ -1,7 +1,9 @@
 // Package redistest starts real redis-server processes for tests: a single
 // node, a Sentinel, or a three-master Cluster (with or without replicas), on
 // free loopback ports, without persistence, in temporary directories,
-// stopped when the test ends.
+// stopped when the test ends. When a test ends, each single node and Cluster
+// node still running must hold no key without a TTL: floodgate writes every
+// key with one, and a test that leaves one found a leak.
 //
 // A missing redis-server binary fails the test with the command that
 // installs it; tests never skip because Redis is absent.
@@ -18,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +64,7 @@ func Start(t testing.TB, extra ...string) *Server {
 		s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir(), extra: extra}
 		if last = s.start(); last == nil {
 			t.Cleanup(s.Kill)
+			t.Cleanup(s.checkTTLs)
 			return s
 		}
 	}
@@ -198,18 +202,134 @@ func (s *Server) Restart() {
 	s.t.Fatalf("redistest: restart: %v", err)
 }
 
-// Do sends one command over a fresh connection and returns its reply
-// flattened to a string: arrays are joined with newlines, nil is "", an
-// error reply is returned as an error.
-func (s *Server) Do(args ...string) (string, error) {
-	if s.TLS == nil {
-		return Do(s.Addr, args...)
+// KeysWithoutTTL returns the keys the server holds that never expire.
+func (s *Server) KeysWithoutTTL() ([]string, error) {
+	ttls, err := s.TTLs("*")
+	var out []string
+	for k, ttl := range ttls {
+		if ttl < 0 {
+			out = append(out, k)
+		}
 	}
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.Addr, s.TLS)
+	return out, err
+}
+
+// TTLs returns the keys the server holds that match the SCAN pattern
+// match, with their time to live at ms resolution (-1 for none).
+func (s *Server) TTLs(match string) (map[string]time.Duration, error) {
+	c, err := s.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(c)
+	if slices.Contains(s.extra, "--cluster-enabled") {
+		// A Cluster replica answers for its master's keys only when asked
+		// to; a master ignores it.
+		if _, err := send(c, r, "READONLY"); err != nil {
+			return nil, err
+		}
+	}
+	out := map[string]time.Duration{}
+	cursor := "0"
+	for {
+		reply, err := send(c, r, "SCAN", cursor, "MATCH", match, "COUNT", "1000")
+		if err != nil {
+			return nil, err
+		}
+		lines := strings.Split(reply, "\n")
+		cursor = lines[0]
+		var keys []string
+		for _, k := range lines[1:] {
+			if k != "" {
+				keys = append(keys, k)
+			}
+		}
+		// One PTTL per key, pipelined.
+		var b strings.Builder
+		for _, k := range keys {
+			writeCommand(&b, []string{"PTTL", k})
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			v, err := readReply(r)
+			if err != nil {
+				return nil, err
+			}
+			switch ms, _ := strconv.ParseInt(v, 10, 64); {
+			case ms == -1:
+				out[k] = -1
+			case ms >= 0:
+				out[k] = time.Duration(ms) * time.Millisecond
+			} // -2: expired since the SCAN
+		}
+		if cursor == "0" {
+			return out, nil
+		}
+	}
+}
+
+// checkTTLs fails the test if the server, when it ends, is running and
+// holds a key without a TTL.
+func (s *Server) checkTTLs() {
+	s.mu.Lock()
+	running := s.cmd != nil
+	s.mu.Unlock()
+	if !running {
+		return
+	}
+	s.Resume() // a test that stopped the server may end with it stopped
+	keys, err := s.KeysWithoutTTL()
+	switch {
+	case err != nil:
+		s.t.Errorf("redistest: %s: listing keys without a TTL: %v", s.Addr, err)
+	case len(keys) > 0:
+		if len(keys) > 10 {
+			keys = append(keys[:10], fmt.Sprintf("(%d more)", len(keys)-10))
+		}
+		s.t.Errorf("redistest: %s holds keys without a TTL: %s", s.Addr, strings.Join(keys, ", "))
+	}
+}
+
+// Do sends one command over a fresh connection (authenticated with the
+// server's --requirepass, if any) and returns its reply flattened to a
+// string: arrays are joined with newlines, nil is "", an error reply is
+// returned as an error.
+func (s *Server) Do(args ...string) (string, error) {
+	c, err := s.dial()
 	if err != nil {
 		return "", err
 	}
 	return do(c, args)
+}
+
+// dial connects to the server, with TLS for a TLS server, and
+// authenticates with its --requirepass, if any.
+func (s *Server) dial() (net.Conn, error) {
+	d := &net.Dialer{Timeout: time.Second}
+	var c net.Conn
+	var err error
+	if s.TLS == nil {
+		c, err = d.Dial("tcp", s.Addr)
+	} else {
+		c, err = tls.DialWithDialer(d, "tcp", s.Addr, s.TLS)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range s.extra {
+		if a == "--requirepass" && i+1 < len(s.extra) {
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := send(c, bufio.NewReader(c), "AUTH", s.extra[i+1]); err != nil {
+				c.Close()
+				return nil, fmt.Errorf("redistest: AUTH: %w", err)
+			}
+		}
+	}
+	return c, nil
 }
 
 // MustDo is Do that fails the test on error.
@@ -276,15 +396,24 @@ func Do(addr string, args ...string) (string, error) {
 func do(c net.Conn, args []string) (string, error) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return send(c, bufio.NewReader(c), args...)
+}
+
+// send writes one command on c and reads its reply from r, c's reader.
+func send(c net.Conn, r *bufio.Reader, args ...string) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-	}
+	writeCommand(&b, args)
 	if _, err := c.Write([]byte(b.String())); err != nil {
 		return "", err
 	}
-	return readReply(bufio.NewReader(c))
+	return readReply(r)
+}
+
+func writeCommand(b *strings.Builder, args []string) {
+	fmt.Fprintf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
 }
 
 func readReply(r *bufio.Reader) (string, error) {
@@ -421,6 +550,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 			t.Fatalf("redistest: cannot start cluster node: %v", last)
 		}
 		t.Cleanup(node.Kill)
+		t.Cleanup(node.checkTTLs)
 		all = append(all, node)
 	}
 	args := []string{"--cluster", "create"}

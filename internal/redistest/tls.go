@@ -27,6 +27,7 @@ func StartTLS(t testing.TB) *Server {
 				"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no"}}
 		if last = s.start(); last == nil {
 			t.Cleanup(s.Kill)
+			t.Cleanup(s.checkTTLs)
 			return s
 		}
 	}

@@ -308,8 +308,10 @@ func TestSameKeyUnderManyRules(t *testing.T) {
 	if got, want := fmt.Sprint(remaining()), "[1 2 1]"; got != want {
 		t.Fatalf("remaining = %s, want %s", got, want)
 	}
-	if got, want := st.Len(), 1; got != want {
-		t.Fatalf("Len() = %d with only the long window live, want %d", got, want)
+	// A peek writes nothing, so the passed windows stay for the sweeper
+	// (an earlier-timed decision may still count in them).
+	if got, want := st.Len(), 3; got != want {
+		t.Fatalf("Len() = %d after a peek of two passed windows, want %d", got, want)
 	}
 	if d := l.Allow(ctx, a); !d.Allowed || d.Remaining != 0 || d.Rule != "long" {
 		t.Fatalf("third request: Allowed=%v Remaining=%d Rule=%q, want true 0 long", d.Allowed, d.Remaining, d.Rule)

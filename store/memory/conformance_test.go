@@ -15,3 +15,11 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 }
+
+// TestConcurrentConformance runs the concurrent part of the suite on the
+// limiters' wall clock.
+func TestConcurrentConformance(t *testing.T) {
+	s := memory.New(nil)
+	defer s.Close()
+	storetest.RunConcurrent(t, s, nil)
+}

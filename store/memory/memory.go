@@ -27,8 +27,10 @@ type Options struct {
 	// GOMAXPROCS and MaxKeys.
 	Shards int
 	// SweepInterval is how often expired keys are reclaimed in the
-	// background; 0 means 1s, a negative value disables the sweeper
-	// (expired keys are then reclaimed only by eviction).
+	// background, a second after they expire (a decision may reach the
+	// store that much after a later-timed one); 0 means 1s, a negative
+	// value disables the sweeper (expired keys are then reclaimed only by
+	// eviction).
 	SweepInterval time.Duration
 }
 
@@ -252,8 +254,7 @@ func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 		sh := &s.shards[shardOf[i]]
 		e := &sh.entries[j]
 		e.pin = false
-		p := &b.Ops[i].Params
-		if b.Mode == store.Reset || spent(p, e, e.wrote, now) {
+		if b.Mode == store.Reset || spent(e, e.wrote, now) {
 			sh.remove(j)
 		}
 	}
@@ -298,7 +299,7 @@ func (s *Store) applyOne(b *store.Batch, now int64) {
 	}
 	settle(p, op, e, v, charge, now)
 	b.Allowed = allowed && b.Mode == store.Consume
-	if j >= 0 && spent(p, e, charge, now) {
+	if j >= 0 && spent(e, charge, now) {
 		sh.remove(j)
 	}
 	sh.mu.Unlock()
@@ -330,10 +331,13 @@ func settle(p *store.Params, op *store.Op, e *entry, v *algo.State, wrote bool, 
 }
 
 // spent reports whether e may be forgotten after a decision at now: its
-// state means nothing held. An expired token bucket that the decision did
-// not write stays: it is full only at the burst of its last write.
-func spent(p *store.Params, e *entry, wrote bool, now int64) bool {
-	return e.exp <= now && (wrote || !e.st.Live || algo.FixedExpiry(p.Algorithm))
+// state means nothing held, and the decision wrote it (or found no state).
+// An expired key that a decision read but did not write stays for the
+// sweeper: decisions carry their limiter's clock and may arrive out of
+// order, and one timed earlier may still count in the window this one saw
+// end; and a token bucket is full only at the burst of its last write.
+func spent(e *entry, wrote bool, now int64) bool {
+	return e.exp <= now && (wrote || !e.st.Live)
 }
 
 func (s *Store) lock(locks []int) {

@@ -177,8 +177,8 @@ func testSweeperReclaims(t *testing.T, shards int) {
 	if n := store.Len(); n != 100 {
 		t.Fatalf("Len() = %d, want 100", n)
 	}
-	clock.Advance(time.Second)
-	l.Allow(ctx, ip("late")) // the only key whose window is still open
+	clock.Advance(2 * time.Second) // the windows have ended a second ago
+	l.Allow(ctx, ip("late"))       // the only key whose window is still open
 	deadline := time.Now().Add(5 * time.Second)
 	for store.Len() != 1 && time.Now().Before(deadline) {
 		time.Sleep(2 * time.Millisecond)
@@ -342,4 +342,66 @@ func must(o floodgate.Outcome, err error) floodgate.Outcome {
 		panic(err)
 	}
 	return o
+}
+
+// TestWindowOutlivesLaterUncharged: decisions may reach the store out of
+// their time order (each carries its limiter's clock reading). A first-hit
+// window that is full must still refuse a decision timed inside it after a
+// later-timed decision that charged nothing (another rule denied) has
+// seen it expire. That decision used to forget the window, and the
+// earlier-timed one then opened a new window and was admitted: 21 of 20
+// in one window.
+func TestWindowOutlivesLaterUncharged(t *testing.T) {
+	s := memory.New(&memory.Options{SweepInterval: -1})
+	defer s.Close()
+	clock := floodgate.NewManualClock(floodEpoch)
+	lim, err := floodgate.New("order", s, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 20, Window: 250 * time.Millisecond, Key: []string{"user"}},
+		{Name: "per-org", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"org"}},
+	}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d := lim.Allow(ctx, floodgate.Attributes{"org": "acme"}); !d.Allowed {
+		t.Fatal("the org's one unit was refused")
+	}
+	for i := range 20 {
+		if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1"}); !d.Allowed {
+			t.Fatalf("consume %d of 20 refused", i+1)
+		}
+	}
+	clock.Advance(251 * time.Millisecond)
+	if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1", "org": "acme"}); d.Allowed {
+		t.Fatal("the org's second unit was admitted")
+	}
+	clock.Advance(-2 * time.Millisecond) // a decision timed at +249 ms arrives late
+	if d := lim.Allow(ctx, floodgate.Attributes{"user": "u1"}); d.Allowed {
+		t.Fatal("a 21st unit was admitted in the first window")
+	}
+}
+
+// TestSweeperSparesLateDecisions: the sweeper does not reclaim a window
+// that has just ended while a decision timed inside it may still arrive.
+// It used to reclaim it at once, and such a decision opened the window
+// again and was admitted over its limit.
+func TestSweeperSparesLateDecisions(t *testing.T) {
+	s := memory.New(&memory.Options{SweepInterval: time.Millisecond})
+	defer s.Close()
+	l, clock := floodLimiter(t, s, floodgate.Rule{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 20,
+		Window: 250 * time.Millisecond, Align: floodgate.AlignClock, Key: []string{"ip"}})
+	ctx := context.Background()
+	clock.Set(floodEpoch.Truncate(250 * time.Millisecond).Add(time.Millisecond))
+	for range 20 {
+		if d := l.Allow(ctx, ip("hot")); !d.Allowed {
+			t.Fatal("the window's 20 units were not all admitted")
+		}
+	}
+	clock.Advance(250 * time.Millisecond) // the next window
+	l.Allow(ctx, ip("other"))
+	time.Sleep(50 * time.Millisecond) // many sweeps
+	clock.Advance(-2 * time.Millisecond)
+	if d := l.Allow(ctx, ip("hot")); d.Allowed {
+		t.Fatal("a decision timed in the full window, arriving after the sweep, was admitted")
+	}
 }

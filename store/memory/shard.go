@@ -225,13 +225,19 @@ func (s *Store) sweeper(interval time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			now := s.latest()
+			now := s.latest() - lateness
 			for i := range s.shards {
 				s.shards[i].sweepOnce(now)
 			}
 		}
 	}
 }
+
+// lateness (µs) is how late the sweeper reclaims an expired key: a
+// decision carries its limiter's clock reading and may reach the store
+// after a later-timed one, and a window that later decision saw end still
+// counts that earlier one.
+const lateness = int64(time.Second / time.Microsecond)
 
 // latest is the latest time any shard has seen, µs: the store's clock
 // (decisions carry the time; the store has no clock of its own). The

@@ -95,3 +95,21 @@ func TestConformanceSmall(t *testing.T) {
 		return overlimit.New(openMemory(t), &overlimit.Options{Size: 1, MaxAge: time.Millisecond})
 	})
 }
+
+// TestConcurrentConformance runs the concurrent part of the suite against
+// the decorator over each store, as floodgate serve composes them: a Redis
+// store on the server's clock, denials remembered as long as they hold.
+func TestConcurrentConformance(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		storetest.RunConcurrent(t, overlimit.New(openMemory(t), &overlimit.Options{MaxAge: -1}), nil)
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		s, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		storetest.RunConcurrent(t, overlimit.New(s, &overlimit.Options{MaxAge: -1}), nil)
+	})
+}

@@ -2,7 +2,9 @@ package redis_test
 
 import (
 	"context"
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
@@ -30,4 +32,47 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return undeadlined{newStore(t, srv)}
 	})
+}
+
+// TestConcurrentConformance runs the concurrent part of the suite on the
+// server's clock, with decisions coalesced, on a single node and on a
+// Cluster.
+func TestConcurrentConformance(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		srv := redistest.Start(t)
+		s := serverStore(t, []string{srv.Addr}, false, nil)
+		storetest.RunConcurrent(t, s, expiry(s, []*redistest.Server{srv}))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.StartCluster(t)
+		s := serverStore(t, cl.Addrs(), true, nil)
+		storetest.RunConcurrent(t, s, expiry(s, cl.Nodes))
+	})
+}
+
+// expiry reads the store's keys on its nodes.
+func expiry(s *redis.Store, nodes []*redistest.Server) *storetest.Expiry {
+	find := func(match string) (map[string]time.Duration, error) {
+		all := map[string]time.Duration{}
+		for _, n := range nodes {
+			ttls, err := n.TTLs(match)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(all, ttls)
+		}
+		return all, nil
+	}
+	return &storetest.Expiry{
+		TTL: func(scope, key string, alg store.Algorithm) (time.Duration, bool, error) {
+			k := s.StateKey(scope, key, alg)
+			ttls, err := find(k)
+			ttl, held := ttls[k]
+			return ttl, held, err
+		},
+		Keys: func(limiter string) (int, error) {
+			ttls, err := find("*" + limiter + "*")
+			return len(ttls), err
+		},
+	}
 }

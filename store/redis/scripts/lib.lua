@@ -85,7 +85,7 @@ local function prefetch()
 end
 
 -- flush writes the changed keys: text with a TTL of ms, or keeping the
--- TTL when ms is true, or false to delete.
+-- TTL the key had before the call when ms is true, or false to delete.
 local function flush()
   for key, ms in pairs(pending) do
     local v = cached[key]
@@ -113,9 +113,17 @@ local function texted(kind, text, pattern, x, y, z)
     op[x], op[y], op[z] = tonumber(a), tonumber(b), tonumber(c)
     op.live, op.exists = true, true
   end
+  -- save with exp true keeps the key's TTL: the one an earlier decision
+  -- of this call queued for it, if any, else the one it had before the
+  -- call. (A key this call forgot is loaded as absent, and so is never
+  -- saved keeping its TTL.)
   function kind.save(op, exp)
     local ms = true
-    if exp ~= true then ms = ttl(exp) end
+    if exp ~= true then
+      ms = ttl(exp)
+    elseif pending[op.key] then
+      ms = pending[op.key]
+    end
     cached[op.key], pending[op.key] = format(text, op[x], op[y], op[z]), ms
   end
   function kind.forget(op)

@@ -1,0 +1,145 @@
+package redis
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// The tests in this file put several decisions on one key into one script
+// call, on the server's clock, as the coalescer does under load: each must
+// leave the key with the TTL its state needs, exactly as if each decision
+// had had a call of its own.
+
+// sendTogether runs bs as one coalesced script call on the server's clock
+// and returns each batch's reply.
+func sendTogether(t *testing.T, s *Store, bs ...*store.Batch) [][]int64 {
+	t.Helper()
+	ps := make([]*pending, len(bs))
+	now := time.Now().UnixMicro()
+	for i, b := range bs {
+		c := &call{}
+		s.build(c, b, opIndexes(b), int(b.Mode), -1, now, nil)
+		ps[i] = &pending{c: c, done: make(chan struct{})}
+	}
+	s.run.(*coalescer).send(ps)
+	out := make([][]int64, len(bs))
+	for i, p := range ps {
+		if p.err != nil {
+			t.Fatalf("batch %d: %v", i, p.err)
+		}
+		out[i] = p.reply
+	}
+	return out
+}
+
+func serverClockStore(t *testing.T, srv *redistest.Server) *Store {
+	t.Helper()
+	s, err := New(&Options{URL: "redis://" + srv.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// pttl reads a key's PTTL in ms (-2: no key, -1: no TTL).
+func pttl(t *testing.T, srv *redistest.Server, key string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(srv.MustDo("PTTL", key), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestOneCallFixedWindowKeepsTTL: two consumes of one fixed window in one
+// call, on a fresh key and on a key whose previous window has just passed,
+// leave the key expiring with the window the call opened, for first-hit
+// and clock-aligned windows. The second decision used to queue KEEPTTL
+// over the first's TTL: a fresh key never expired, and a key from the
+// previous window kept that window's TTL and lost the new count at once.
+func TestOneCallFixedWindowKeepsTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serverClockStore(t, srv)
+	for _, align := range []store.Align{store.AlignFirstHit, store.AlignClock} {
+		t.Run(align.String(), func(t *testing.T) {
+			const window = 400 * time.Millisecond
+			op := store.Op{Scope: "onecall/fixed-" + align.String(), Key: "user:1",
+				Params: store.Params{Algorithm: store.FixedWindow, Limit: 100, Window: window, Align: align}}
+			key := s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow])
+			consume := func() *store.Batch {
+				return &store.Batch{Mode: store.Consume, Cost: 1, Ticket: 1, Ops: []store.Op{op}}
+			}
+			check := func(when string) {
+				t.Helper()
+				if got := pttl(t, srv, key); got <= 0 || got > window.Milliseconds() {
+					t.Fatalf("%s: PTTL %d ms, want within (0, %d]", when, got, window.Milliseconds())
+				}
+			}
+			sendTogether(t, s, consume(), consume())
+			check("fresh key")
+			// The key's window passes while the key is still there (its
+			// TTL has the server's ms rounding): the next call opens the
+			// next window.
+			for pttl(t, srv, key) > 0 {
+				r := sendTogether(t, s, &store.Batch{Mode: store.Peek, Ops: []store.Op{op}})
+				if r[0][2+replyReset] == 0 || r[0][2+replyRemaining] == op.Params.Limit {
+					break // the stored window has passed
+				}
+				time.Sleep(time.Millisecond)
+			}
+			r := sendTogether(t, s, consume(), consume(), consume())
+			check("window turned")
+			if got := r[2][2+replyRemaining]; got != 97 {
+				t.Fatalf("third consume of the new window: remaining %d, want 97", got)
+			}
+			time.Sleep(20 * time.Millisecond)
+			r = sendTogether(t, s, &store.Batch{Mode: store.Peek, Ops: []store.Op{op}})
+			if got := r[0][2+replyRemaining]; got != 97 {
+				t.Fatalf("20 ms later: remaining %d, want 97 (the window's count was lost)", got)
+			}
+		})
+	}
+}
+
+// TestOneCallRefundKeepsTTL: a refund coalesced after a consume of the
+// same token bucket or GCRA key keeps the TTL the consume queued. It used
+// to queue KEEPTTL over it: the key kept an earlier call's shorter TTL (or
+// none, on a key that call had created) and vanished while still holding
+// the consume's debt.
+func TestOneCallRefundKeepsTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serverClockStore(t, srv)
+	for _, alg := range []store.Algorithm{store.TokenBucket, store.GCRA} {
+		for _, fresh := range []bool{false, true} {
+			name := alg.String() + "/earlier-key"
+			if fresh {
+				name = alg.String() + "/fresh-key"
+			}
+			t.Run(name, func(t *testing.T) {
+				op := store.Op{Scope: "onecall/" + name, Key: "user:1",
+					Params: store.Params{Algorithm: alg, Limit: 100, Window: time.Second, Burst: 100}}
+				key := s.keyOf(op.Scope, op.Key, suffix[alg])
+				first := &store.Batch{Mode: store.Consume, Cost: 30, Ticket: 7, Ops: []store.Op{op}}
+				r := sendTogether(t, s, first)
+				stamped := op
+				stamped.Stamp = r[0][2+replyStamp]
+				if fresh {
+					srv.MustDo("DEL", key)
+				}
+				r = sendTogether(t, s,
+					&store.Batch{Mode: store.Consume, Cost: 70, Ticket: 8, Ops: []store.Op{op}},
+					&store.Batch{Mode: store.Refund, Cost: 30, Ticket: 7, Ops: []store.Op{stamped}})
+				// What the key holds after both needs reset ms to be full.
+				need := r[1][2+replyReset] / 1000
+				if got := pttl(t, srv, key); got < need || got > 1000 {
+					t.Fatalf("PTTL %d ms; the state needs %d ms to be full (at most 1000)", got, need)
+				}
+			})
+		}
+	}
+}
