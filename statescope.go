@@ -42,3 +42,16 @@ func windowText(d time.Duration) string {
 	}
 	return strconv.FormatInt(d.Microseconds(), 10) + "us"
 }
+
+// StateScope returns the scope under which the named rule's state is
+// stored (the Scope of its store.Op, such as "api/per-user@1m"), and
+// whether the limiter has that rule. With a store's key layout it names the
+// rule's keys: in Redis, prefix + "{" + scope + ":" + key + "}:fixed" (see
+// docs/redis.md).
+func (l *Limiter) StateScope(rule string) (string, bool) {
+	c := l.byName[rule]
+	if c == nil {
+		return "", false
+	}
+	return c.scope, true
+}
