@@ -382,11 +382,11 @@ func timedRun(b *testing.B, srv *redistest.Server, callers int, d time.Duration,
 	}, nil
 }
 
-// scriptCalls is how many script calls srv has served (INFO commandstats
-// counts the commands a script runs too; those are left out).
+// scriptCalls is how many script and function calls srv has served (INFO
+// commandstats counts the commands a script runs too; those are left out).
 func scriptCalls(srv *redistest.Server) int64 {
 	c := srv.CommandCalls()
-	return c["evalsha"] + c["eval"]
+	return c["evalsha"] + c["eval"] + c["fcall"]
 }
 
 // floorTable is the markdown of the medians, per number of callers, and

@@ -39,7 +39,7 @@ func TestSelectRedisCommands(t *testing.T) {
 	srv := redistest.Start(t)
 	scripts := func() int64 {
 		c := srv.CommandCalls()
-		return c["evalsha"] + c["eval"]
+		return c["fcall"]
 	}
 	for _, tt := range []struct {
 		name      string

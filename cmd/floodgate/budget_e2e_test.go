@@ -101,12 +101,7 @@ func TestEnvoyTokenBudget(t *testing.T) {
 		os.Mkdir(dir, 0o755)
 		write(t, filepath.Join(dir, "ai.yaml"), aiDomain)
 		s := startService(t, store+e2eConfig, nil, "--envoy-config-dir", dir)
-		conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		rls := rlsv3.NewRateLimitServiceClient(conn)
+		rls := dialRLS(t, s.grpc)
 		budgetCalls(t, rls, "alice")
 		reserveCalls(t, rls, "bob")
 	})
@@ -125,14 +120,21 @@ func TestReferenceTokenBudget(t *testing.T) {
 			env := referenceEnvFor(root, srv.Addr)
 			env["STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"] = stop
 			s := startReference(t, env)
-			conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			rls := rlsv3.NewRateLimitServiceClient(conn)
+			rls := dialRLS(t, s.grpc)
 			budgetCalls(t, rls, "alice")
 			reserveCalls(t, rls, "bob")
 		})
 	}
+}
+
+// dialRLS connects a rate limit service client to addr, closed when the
+// test ends.
+func dialRLS(t *testing.T, addr string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
 }

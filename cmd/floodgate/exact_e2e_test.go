@@ -16,8 +16,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
 )
@@ -188,12 +186,7 @@ limiters:
       - {name: clock, key: [user], algorithm: fixed_window, align: clock, limit: 1000, window: 300ms}
 `, srv.Addr)
 	s := startService(t, cfg, nil, "--envoy-config-dir", dir)
-	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rls := rlsv3.NewRateLimitServiceClient(conn)
+	rls := dialRLS(t, s.grpc)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	const keys, burst = 300, 6
 	sem := make(chan struct{}, 64)

@@ -363,7 +363,7 @@ func (s *Server) CPU() time.Duration {
 }
 
 // CommandCalls returns the calls counted by INFO commandstats, by command
-// name ("evalsha", "eval", ...).
+// name ("fcall", "get", "function|load", ...).
 func (s *Server) CommandCalls() map[string]int64 {
 	s.t.Helper()
 	out := map[string]int64{}

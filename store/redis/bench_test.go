@@ -109,11 +109,11 @@ func runCallers(b *testing.B, srv *redistest.Server, callers int, f func(i uint6
 	}
 }
 
-// serverCalls is the number of EVALSHA calls since the last CONFIG
+// serverCalls is the number of FCALL calls since the last CONFIG
 // RESETSTAT and the server's total time in them (µs), from INFO
 // commandstats. A coalesced call carries several decisions.
 func serverCalls(srv *redistest.Server) (calls int64, us float64, ok bool) {
-	m := regexp.MustCompile(`cmdstat_evalsha:calls=([0-9]+),usec=([0-9]+)`).FindStringSubmatch(srv.MustDo("INFO", "commandstats"))
+	m := regexp.MustCompile(`cmdstat_fcall:calls=([0-9]+),usec=([0-9]+)`).FindStringSubmatch(srv.MustDo("INFO", "commandstats"))
 	if m == nil {
 		return 0, 0, false
 	}

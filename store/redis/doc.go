@@ -11,11 +11,14 @@
 // one file per algorithm or family: lib.lua (arithmetic, clock, per-call
 // state cache), fixed.lua, bucket.lua (token bucket and GCRA), sliding.lua,
 // concurrency.lua, args.lua (reading the arguments) and apply.lua (the
-// batches of a call). They run as one Lua chunk, so a whole decision —
-// every rule's key and rule, the cost and the mode — is one EVALSHA call
-// and all-or-nothing across rules holds atomically on the server. A server that does not hold the script
-// (restarted, failed over, new) answers NOSCRIPT and the call is repeated
-// with EVAL, which loads it.
+// batches of a call). They are one Redis Functions library whose name
+// carries its version, loaded once per node; a whole decision — every
+// rule's key and rule, the cost and the mode — is one FCALL, and
+// all-or-nothing across rules holds atomically on the server. A node that
+// does not hold the library (restarted, failed over, new) answers that the
+// function is not found; the store loads the library and sends the call
+// again. Functions need Redis 7.0 or later, or Valkey: New fails on an
+// older server, naming its version.
 //
 // Arguments and state are decimal text a person can read in MONITOR and
 // redis-cli: an op's rule travels as "gcra limit=100 window=60000000

@@ -80,7 +80,7 @@ func TestExactAdmission(t *testing.T) {
 }
 
 // TestOneCallPerDecision counts server commands: a decision over three
-// rules is one EVALSHA and nothing else.
+// rules is one FCALL and nothing else.
 func TestOneCallPerDecision(t *testing.T) {
 	srv := redistest.Start(t)
 	store := serverStore(t, []string{srv.Addr}, false, nil)
@@ -93,7 +93,7 @@ func TestOneCallPerDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	attrs := floodgate.Attributes{"user": "u", "tenant": "t"}
-	lim.Allow(context.Background(), attrs) // loads the script
+	lim.Allow(context.Background(), attrs)
 	srv.MustDo("CONFIG", "RESETSTAT")
 	const n = 200
 	for range n {
@@ -101,11 +101,11 @@ func TestOneCallPerDecision(t *testing.T) {
 			t.Fatalf("denied: %+v", d)
 		}
 	}
-	// INFO commandstats also counts the commands scripts run; TIME runs
-	// once per script call.
+	// INFO commandstats also counts the commands the function runs; TIME
+	// runs once per call.
 	calls := srv.CommandCalls()
-	if calls["evalsha"] != n || calls["eval"] != 0 || calls["time"] != n {
-		t.Fatalf("commands for %d decisions: %v, want evalsha=%d, eval=0, time=%d", n, calls, n, n)
+	if calls["fcall"] != n || calls["function|load"] != 0 || calls["time"] != n {
+		t.Fatalf("commands for %d decisions: %v, want fcall=%d, no function load, time=%d", n, calls, n, n)
 	}
 	t.Logf("commands, with those the script ran: %v", calls)
 }
@@ -125,7 +125,7 @@ func TestCoalescedCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim.Peek(context.Background(), nil, 1) // loads the script
+	lim.Peek(context.Background(), nil, 1)
 	srv.MustDo("CONFIG", "RESETSTAT")
 	var admitted, failed atomic.Int64
 	var wg sync.WaitGroup
@@ -145,15 +145,16 @@ func TestCoalescedCalls(t *testing.T) {
 		t.Fatalf("admitted %d (store failures %d), want exactly %d", admitted.Load(), failed.Load(), limit)
 	}
 	calls := srv.CommandCalls()
-	if calls["evalsha"] < 1 || calls["evalsha"] > n || calls["eval"] != 0 || calls["time"] != calls["evalsha"] {
-		t.Fatalf("commands for %d concurrent decisions: %v, want 1 to %d evalsha, one time each, no eval", n, calls, n)
+	if calls["fcall"] < 1 || calls["fcall"] > n || calls["time"] != calls["fcall"] {
+		t.Fatalf("commands for %d concurrent decisions: %v, want 1 to %d fcall, one time each", n, calls, n)
 	}
-	t.Logf("%d concurrent decisions: %d script calls", n, calls["evalsha"])
+	t.Logf("%d concurrent decisions: %d function calls", n, calls["fcall"])
 }
 
-// TestScriptsReload flushes the server's scripts: decisions go on (NOSCRIPT
-// falls back to EVAL, which loads the script again).
-func TestScriptsReload(t *testing.T) {
+// TestLibraryReload flushes the server's functions before every decision:
+// decisions go on (a call that finds no function loads the library and is
+// sent again).
+func TestLibraryReload(t *testing.T) {
 	srv := redistest.Start(t)
 	store := serverStore(t, []string{srv.Addr}, false, nil)
 	lim, err := floodgate.New("reload", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour}}, patient)
@@ -161,10 +162,10 @@ func TestScriptsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		srv.MustDo("SCRIPT", "FLUSH")
+		srv.MustDo("FUNCTION", "FLUSH")
 		d := lim.Allow(context.Background(), nil)
 		if d.Reason == floodgate.ReasonStore || d.Allowed != (i < 3) {
-			t.Fatalf("decision %d after SCRIPT FLUSH: %+v", i, d)
+			t.Fatalf("decision %d after FUNCTION FLUSH: %+v", i, d)
 		}
 	}
 }
@@ -378,16 +379,16 @@ func TestClusterTagLimiter(t *testing.T) {
 	if a0 > 100 || a1 > 100 || a0+a1 != 150 {
 		t.Fatalf("admitted %d + %d, want at most 100 each and exactly 150 in all", a0, a1)
 	}
-	var evalsha, eval, busy int64
+	var fcall, busy int64
 	for _, n := range cl.Nodes {
 		c := n.CommandCalls()
-		evalsha, eval = evalsha+c["evalsha"], eval+c["eval"]
-		if c["evalsha"] > 0 {
+		fcall += c["fcall"]
+		if c["fcall"] > 0 {
 			busy++
 		}
 	}
-	if evalsha != requests || eval != 0 || busy != 1 {
-		t.Fatalf("script calls for %d decisions: evalsha=%d eval=%d on %d masters, want evalsha=%d eval=0 on 1", requests, evalsha, eval, busy, requests)
+	if fcall != requests || busy != 1 {
+		t.Fatalf("function calls for %d decisions: %d on %d masters, want %d on 1", requests, fcall, busy, requests)
 	}
 	// The keys carry the limiter's tag and hold exactly what was admitted.
 	counter := func(k string) (int64, string) {
@@ -453,16 +454,16 @@ func TestClusterTagLimiter(t *testing.T) {
 	if d := conc.Allow(context.Background(), attrs); d.Allowed {
 		t.Fatalf("admitted over the limit after a repeated refund")
 	}
-	evalsha, eval, busy = 0, 0, 0
+	fcall, busy = 0, 0
 	for _, n := range cl.Nodes {
 		c := n.CommandCalls()
-		evalsha, eval = evalsha+c["evalsha"], eval+c["eval"]
-		if c["evalsha"]+c["eval"] > 0 {
+		fcall += c["fcall"]
+		if c["fcall"] > 0 {
 			busy++
 		}
 	}
-	if evalsha+eval != 6 || busy != 1 {
-		t.Fatalf("script calls for 6 decisions: evalsha=%d eval=%d on %d masters, want 6 on 1", evalsha, eval, busy)
+	if fcall != 6 || busy != 1 {
+		t.Fatalf("function calls for 6 decisions: %d on %d masters, want 6 on 1", fcall, busy)
 	}
 }
 

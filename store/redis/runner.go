@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -30,18 +31,19 @@ type serverError struct{ msg string }
 
 func (e *serverError) Error() string { return "redis: " + e.msg }
 
-func isNoScript(err error) bool {
+// isNoFunction reports whether err says the node does not hold the
+// library (restarted empty, a new node, FUNCTION FLUSH).
+func isNoFunction(err error) bool {
 	if err == nil {
 		return false
 	}
 	var se *serverError
-	return errors.As(err, &se) && strings.HasPrefix(se.msg, "NOSCRIPT")
+	return errors.As(err, &se) && strings.Contains(se.msg, "Function not found")
 }
 
-// rueidisRunner runs scripts on a rueidis client with EVALSHA, falling
-// back to EVAL when the server does not hold the script (a restarted or new
-// node). The client's auto-pipelining makes concurrent calls share round
-// trips.
+// rueidisRunner runs the library's function on a rueidis client with
+// FCALL, loading the library first on a node that does not hold it. The
+// client's auto-pipelining makes concurrent calls share round trips.
 type rueidisRunner struct {
 	c rueidis.Client
 }
@@ -98,32 +100,75 @@ func (r *rueidisRunner) config(ctx context.Context, name string) (map[string]str
 	return out, nil
 }
 
-func (r *rueidisRunner) cmd(c *call, eval bool) rueidis.Completed {
-	if eval {
-		return r.c.B().Eval().Script(scriptSrc).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
-	}
-	return r.c.B().Evalsha().Sha1(scriptSHA).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
+func (r *rueidisRunner) cmd(c *call) rueidis.Completed {
+	return r.c.B().Fcall().Function(function).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 }
 
-// eval sends the calls together (pipelined) with EVALSHA, then those the
-// server lacks the script for once more with EVAL, and returns their raw
-// results in order.
+// load loads the library on every node the client knows (FUNCTION LOAD
+// REPLACE: loading it again changes nothing). A replica refuses it
+// (READONLY) and gets it from its master. It returns the first other
+// error.
+func (r *rueidisRunner) load(ctx context.Context) error {
+	var first error
+	for _, n := range r.c.Nodes() {
+		err := serverErr(n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(library).Build()).Error())
+		var se *serverError
+		if err != nil && !(errors.As(err, &se) && strings.HasPrefix(se.msg, "READONLY")) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// loadAtStart loads the library on every node, so that the first
+// decisions need not, and so that a server without Functions (before
+// Redis 7.0) is an error at construction naming its version. Any other
+// failure is left to the calls, which load the library when a node lacks
+// it.
+func (r *rueidisRunner) loadAtStart() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var se *serverError
+	if err := r.load(ctx); errors.As(err, &se) && strings.Contains(strings.ToLower(se.msg), "unknown command") {
+		version := "?"
+		if info, err := r.c.Do(ctx, r.c.B().Info().Section("server").Build()).ToString(); err == nil {
+			for _, line := range strings.Split(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+					version = v
+				}
+			}
+		}
+		return fmt.Errorf("redis: the server (Redis %s) has no Functions (FUNCTION LOAD): floodgate needs Redis 7.0 or later, or Valkey", version)
+	}
+	return nil
+}
+
+// eval sends the calls together (pipelined) with FCALL, then, if a node
+// did not hold the library, loads it and sends those calls once more, and
+// returns their raw results in order.
 func (r *rueidisRunner) eval(ctx context.Context, calls []*call) []rueidis.RedisResult {
 	if len(calls) == 1 {
-		res := r.c.Do(ctx, r.cmd(calls[0], false))
-		if isNoScript(serverErr(res.Error())) {
-			res = r.c.Do(ctx, r.cmd(calls[0], true))
+		res := r.c.Do(ctx, r.cmd(calls[0]))
+		if isNoFunction(serverErr(res.Error())) && r.load(ctx) == nil {
+			res = r.c.Do(ctx, r.cmd(calls[0]))
 		}
 		return []rueidis.RedisResult{res}
 	}
 	cmds := make(rueidis.Commands, len(calls))
 	for i, c := range calls {
-		cmds[i] = r.cmd(c, false)
+		cmds[i] = r.cmd(c)
 	}
 	out := r.c.DoMulti(ctx, cmds...)
+	loaded := false
 	for i, res := range out {
-		if isNoScript(serverErr(res.Error())) {
-			out[i] = r.c.Do(ctx, r.cmd(calls[i], true))
+		if isNoFunction(serverErr(res.Error())) {
+			if !loaded {
+				if r.load(ctx) != nil {
+					break
+				}
+				loaded = true
+			}
+			out[i] = r.c.Do(ctx, r.cmd(calls[i]))
 		}
 	}
 	return out

@@ -12,12 +12,17 @@ import (
 )
 
 // The scripts, one file per algorithm (or family) and the call around
-// them, run as one Lua chunk in this order (see scripts/lib.lua).
+// them, are one Redis Functions library, in this order (see
+// scripts/lib.lua).
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
 
-var scriptSrc = func() string {
+// library is the library's source and function is the name of its library
+// and of its one function: "floodgate_" and the start of the scripts'
+// SHA-1, so that a node holding another version's library (a rolling
+// upgrade) is never called with this version's arguments.
+var library, function = func() (string, string) {
 	var b strings.Builder
 	for _, name := range []string{"lib", "fixed", "bucket", "sliding", "concurrency", "args", "apply"} {
 		src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
@@ -27,13 +32,9 @@ var scriptSrc = func() string {
 		b.Write(src)
 		b.WriteByte('\n')
 	}
-	return b.String()
-}()
-
-// scriptSHA is the SHA-1 EVALSHA names the script by.
-var scriptSHA = func() string {
-	sum := sha1.Sum([]byte(scriptSrc))
-	return hex.EncodeToString(sum[:])
+	sum := sha1.Sum([]byte(b.String()))
+	name := "floodgate_" + hex.EncodeToString(sum[:8])
+	return "#!lua name=" + name + "\nlocal FUNCTION = '" + name + "'\n" + b.String(), name
 }()
 
 // Script modes: store.Mode values, plus compensate (a refund that keeps

@@ -87,6 +87,9 @@ func newStore(c rueidis.Client, opts *Options) (*Store, error) {
 	if max := cmp.Or(opts.MaxCoalesce, DefaultMaxCoalesce); !r.cluster() && max > 1 {
 		s.run = &coalescer{rueidisRunner: r, max: max}
 	}
+	if err := r.loadAtStart(); err != nil {
+		return nil, err
+	}
 	if r.cluster() {
 		s.nodes = newNodes(r, opts.NodeBreaker, s.logger)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -125,19 +125,25 @@ local function run(b)
   return decide(b)
 end
 
--- The call: every batch, in order. One batch's error does not stop the
--- others: it becomes that batch's element, an error reply such as
--- "ERR ..." (Redis writes it into the array as an error).
-prefetch()
-local i, k = 1, 1
-while i <= #ARGV do
-  local b
-  b, i, k = parse(i, k)
-  local ok, err = pcall(run, b)
-  if not ok then
-    if type(err) == 'table' and err.err then err = err.err else err = 'ERR ' .. tostring(err) end
-    out[#out + 1] = {err = (string.gsub(err, '\n', ' '))}
+-- call is the library's function: every batch, in order. One batch's
+-- error does not stop the others: it becomes that batch's element, an
+-- error reply such as "ERR ..." (Redis writes it into the array as an
+-- error). Its name, FUNCTION, is the library's, which carries its version.
+local function call(keys, args)
+  begin(keys, args)
+  out = {}
+  prefetch()
+  local i, k = 1, 1
+  while i <= #ARGV do
+    local b
+    b, i, k = parse(i, k)
+    local ok, err = pcall(run, b)
+    if not ok then
+      if type(err) == 'table' and err.err then err = err.err else err = 'ERR ' .. tostring(err) end
+      out[#out + 1] = {err = (string.gsub(err, '\n', ' '))}
+    end
   end
+  flush()
+  return out
 end
-flush()
-return out
+redis.register_function(FUNCTION, call)

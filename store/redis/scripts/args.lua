@@ -4,14 +4,15 @@
 -- (µs), burst, buckets (sliding windows), align (fixed windows: first_hit,
 -- the default, clock, day or month; day and month come with bounds=b0,b1,
 -- b2,b3, the boundaries of the calendar windows before, at and after the
--- caller's time, as Lua cannot read zones) and shadow=1. The rules of a
--- call repeat (one per limiter rule), so each is read once per call.
-local rules = {}
+-- caller's time, as Lua cannot read zones) and shadow=1. Rules repeat (one
+-- per limiter rule, calendar bounds aside), so each is read once and kept,
+-- across calls, up to maxrules of them.
+local rules, nrules, maxrules = {}, 0, 4096
 local function rule(text)
   local r = rules[text]
   if r then return r end
   local name, rest = match(text, '^(%S+)(.*)$')
-  r = {kind = algorithm(name), limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
+  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
   if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
   for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
     if k == 'align' then
@@ -29,7 +30,8 @@ local function rule(text)
   -- calendar day can last 25 hours and a month 31 days.
   r.lifetime = r.window
   if r.align == 'day' then r.lifetime = 25 * 3600e6 elseif r.align == 'month' then r.lifetime = 32 * 24 * 3600e6 end
-  rules[text] = r
+  if nrules >= maxrules then rules, nrules = {}, 0 end
+  rules[text], nrules = r, nrules + 1
   return r
 end
 

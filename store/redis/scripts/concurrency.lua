@@ -3,106 +3,104 @@
 -- ":expiry") a sorted set of the leases' tickets scored by when each lapses
 -- (µs). Both expire when the last lease lapses.
 
-DEFINE.concurrency = function()
-  -- The lease set is the op's second key.
-  local leases = {inplace = true, keys = 2}
-  ALG.concurrency = leases
+-- The lease set is the op's second key.
+local leases = {inplace = true, keys = 2}
+ALG.concurrency = leases
 
-  function leases.load(op)
-    local v = redis.call('HGET', op.key, 'n')
-    if v then op.a, op.exists = tonumber(v), true end
-    op.live = true
-  end
-
-  -- slots reads the slots of the leases ids, in chunks that fit Lua's stack.
-  local function slots(key, ids)
-    local out = {}
-    for s = 1, #ids, 1000 do
-      local part = redis.call('HMGET', key, unpack(ids, s, min(s + 999, #ids)))
-      for j = 1, #part do out[#out + 1] = tonumber(part[j]) or 0 end
-    end
-    return out
-  end
-
-  -- unheld lowers the slots held by those of leases just removed. A sum that
-  -- saturated at MAX cannot be kept by subtraction: it is summed again.
-  local function unheld(op, removed)
-    if op.a < MAX then
-      op.a = op.a - removed
-      return
-    end
-    local all, sum = redis.call('HGETALL', op.key), 0
-    for j = 1, #all, 2 do
-      if all[j] ~= 'n' then sum = addc(sum, tonumber(all[j + 1])) end
-    end
-    op.a = sum
-  end
-
-  -- normalize drops the leases that have lapsed.
-  function leases.normalize(op)
-    local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', now)
-    if #ids == 0 then return true end
-    local removed = 0
-    for _, n in ipairs(slots(op.key, ids)) do removed = removed + n end
-    redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', now)
-    for s = 1, #ids, 1000 do
-      redis.call('HDEL', op.key, unpack(ids, s, min(s + 999, #ids)))
-    end
-    unheld(op, removed)
-    op.dirty = true
-    return true
-  end
-
-  -- check walks the leases from the earliest expiry, in growing chunks,
-  -- until enough have lapsed.
-  function leases.check(op, n)
-    if n > op.limit then return false, true, 0 end
-    if op.a + n <= op.limit then return true, false, 0 end
-    local used, from, size = op.a, 0, 16
-    while true do
-      local v = redis.call('ZRANGE', op.lkey, from, from + size - 1, 'WITHSCORES')
-      if #v == 0 then return false, false, 0 end
-      local ids = {}
-      for j = 1, #v, 2 do ids[#ids + 1] = v[j] end
-      local ns = slots(op.key, ids)
-      for j = 1, #ids do
-        used = used - ns[j]
-        if used + n <= op.limit then return false, false, tonumber(v[2 * j]) - now end
-      end
-      from, size = from + size, size * 4
-    end
-  end
-
-  function leases.take(op, n)
-    redis.call('ZADD', op.lkey, now + op.window, op.ticket)
-    redis.call('HSET', op.key, op.ticket, n)
-    op.a, op.dirty = addc(op.a, n), true
-    return 0
-  end
-
-  function leases.give(op)
-    local held = redis.call('HGET', op.key, op.ticket)
-    if held then
-      redis.call('ZREM', op.lkey, op.ticket)
-      redis.call('HDEL', op.key, op.ticket)
-      unheld(op, tonumber(held))
-      op.dirty = true
-    end
-  end
-
-  function leases.status(op)
-    local reset = 0
-    local last = redis.call('ZRANGE', op.lkey, -1, -1, 'WITHSCORES')
-    if #last == 2 then reset = tonumber(last[2]) - now end
-    return max(0, op.limit - op.a), reset
-  end
-
-  function leases.save(op, exp)
-    local ms = ttl(exp)
-    redis.call('HSET', op.key, 'n', op.a)
-    redis.call('PEXPIRE', op.key, ms)
-    redis.call('PEXPIRE', op.lkey, ms)
-  end
-
-  function leases.forget(op) redis.call('DEL', op.key, op.lkey) end
+function leases.load(op)
+  local v = redis.call('HGET', op.key, 'n')
+  if v then op.a, op.exists = tonumber(v), true end
+  op.live = true
 end
+
+-- slots reads the slots of the leases ids, in chunks that fit Lua's stack.
+local function slots(key, ids)
+  local out = {}
+  for s = 1, #ids, 1000 do
+    local part = redis.call('HMGET', key, unpack(ids, s, min(s + 999, #ids)))
+    for j = 1, #part do out[#out + 1] = tonumber(part[j]) or 0 end
+  end
+  return out
+end
+
+-- unheld lowers the slots held by those of leases just removed. A sum that
+-- saturated at MAX cannot be kept by subtraction: it is summed again.
+local function unheld(op, removed)
+  if op.a < MAX then
+    op.a = op.a - removed
+    return
+  end
+  local all, sum = redis.call('HGETALL', op.key), 0
+  for j = 1, #all, 2 do
+    if all[j] ~= 'n' then sum = addc(sum, tonumber(all[j + 1])) end
+  end
+  op.a = sum
+end
+
+-- normalize drops the leases that have lapsed.
+function leases.normalize(op)
+  local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', now)
+  if #ids == 0 then return true end
+  local removed = 0
+  for _, n in ipairs(slots(op.key, ids)) do removed = removed + n end
+  redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', now)
+  for s = 1, #ids, 1000 do
+    redis.call('HDEL', op.key, unpack(ids, s, min(s + 999, #ids)))
+  end
+  unheld(op, removed)
+  op.dirty = true
+  return true
+end
+
+-- check walks the leases from the earliest expiry, in growing chunks,
+-- until enough have lapsed.
+function leases.check(op, n)
+  if n > op.limit then return false, true, 0 end
+  if op.a + n <= op.limit then return true, false, 0 end
+  local used, from, size = op.a, 0, 16
+  while true do
+    local v = redis.call('ZRANGE', op.lkey, from, from + size - 1, 'WITHSCORES')
+    if #v == 0 then return false, false, 0 end
+    local ids = {}
+    for j = 1, #v, 2 do ids[#ids + 1] = v[j] end
+    local ns = slots(op.key, ids)
+    for j = 1, #ids do
+      used = used - ns[j]
+      if used + n <= op.limit then return false, false, tonumber(v[2 * j]) - now end
+    end
+    from, size = from + size, size * 4
+  end
+end
+
+function leases.take(op, n)
+  redis.call('ZADD', op.lkey, now + op.window, op.ticket)
+  redis.call('HSET', op.key, op.ticket, n)
+  op.a, op.dirty = addc(op.a, n), true
+  return 0
+end
+
+function leases.give(op)
+  local held = redis.call('HGET', op.key, op.ticket)
+  if held then
+    redis.call('ZREM', op.lkey, op.ticket)
+    redis.call('HDEL', op.key, op.ticket)
+    unheld(op, tonumber(held))
+    op.dirty = true
+  end
+end
+
+function leases.status(op)
+  local reset = 0
+  local last = redis.call('ZRANGE', op.lkey, -1, -1, 'WITHSCORES')
+  if #last == 2 then reset = tonumber(last[2]) - now end
+  return max(0, op.limit - op.a), reset
+end
+
+function leases.save(op, exp)
+  local ms = ttl(exp)
+  redis.call('HSET', op.key, 'n', op.a)
+  redis.call('PEXPIRE', op.key, ms)
+  redis.call('PEXPIRE', op.lkey, ms)
+end
+
+function leases.forget(op) redis.call('DEL', op.key, op.lkey) end

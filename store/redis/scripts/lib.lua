@@ -1,7 +1,8 @@
 -- floodgate: what every algorithm's script shares. The scripts are one
--- Lua chunk, in the order lib, fixed, bucket, sliding, concurrency, args,
--- apply (see apply.lua for the call); each ports its part of
--- internal/algo.
+-- Redis Functions library, in the order lib, fixed, bucket, sliding,
+-- concurrency, args, apply (see apply.lua for the call): the library is
+-- loaded once per node, and each call runs only the function. Each file
+-- ports its part of internal/algo.
 --
 -- Every quantity is an integer number of microseconds or units held in a
 -- Lua number (a double), exact below 2^53, which rule validation keeps the
@@ -12,8 +13,9 @@ local MAX = 9007199254740992 -- 2^53, algo.MaxUnits
 
 -- The library functions the decisions call, as locals: reading a global
 -- goes through the table Redis guards its globals with, at about 30 ns a
--- read here.
-local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+-- read here. A library has no globals while it loads, only while its
+-- function runs, so begin binds them at the first call.
+local floor, max, min, format, match, tonumber
 
 -- fdiv is floor(a / b) for b > 0, exact for |a| < 2^53.
 local function fdiv(a, b)
@@ -36,6 +38,10 @@ end
 -- once per call. slack (ms) lengthens TTLs when the caller supplies the
 -- time: keys expire on the server's clock, which may run ahead of the
 -- caller's (a test's fake clock).
+-- KEYS and ARGV are the call's keys and arguments (a function is handed
+-- them; the library keeps them here for the call).
+local KEYS, ARGV = {}, {}
+
 local now, slack, servernow = 0, 0, nil
 local function settime(t)
   if t >= 0 then
@@ -72,6 +78,15 @@ end
 -- touch it (a global rule's key is in every one); batches see each other's
 -- changes in order, exactly as if each were its own call.
 local cached, pending = {}, {}
+
+-- begin clears what a call keeps: the library's locals outlive calls.
+local function begin(keys, args)
+  if not floor then
+    floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, _G.tonumber
+  end
+  KEYS, ARGV = keys, args
+  servernow, cached, pending, ttltext = nil, {}, {}, {}
+end
 
 -- prefetch reads every key of the call (in chunks that fit Lua's stack).
 -- MGET answers nil for a key of another type (a sliding window's hash, a
@@ -143,16 +158,4 @@ end
 --   save(op, exp) writes the state to expire at exp (µs), or with its TTL
 --     when exp is true; forget(op) deletes it;
 --   inplace: normalizing depends on the clock alone (algo.InPlace).
---
--- EVALSHA runs the whole chunk on every call, so each algorithm's file is
--- a function, DEFINE[name], that fills in ALG[name] the first time a call
--- meets the algorithm (see algorithm): making the functions of every
--- algorithm cost each call about 15 µs of server time, most of it for
--- algorithms the call did not use.
-local ALG, DEFINE = {}, {}
-
--- algorithm returns the functions of the algorithm named name, or nil.
-local function algorithm(name)
-  if not ALG[name] and DEFINE[name] then DEFINE[name]() end
-  return ALG[name]
-end
+local ALG = {}
