@@ -51,7 +51,7 @@ func TestKeysAreNamespacedAndEscaped(t *testing.T) {
 		{"t", "user:1", []string{"*", `user:1`, `t:user\:1`}},
 	} {
 		l.Allow(context.Background(), floodgate.Attributes{"tenant": tt.tenant, "user": tt.user})
-		if got, want := strings.Join(rec.scopes, " "), "api/global api/per-user api/per-pair"; got != want {
+		if got, want := strings.Join(rec.scopes, " "), "api/global@1s api/per-user@1s api/per-pair@1s"; got != want {
 			t.Errorf("scopes %q, want %q", got, want)
 		}
 		if got, want := strings.Join(rec.keys, " "), strings.Join(tt.wantKeys, " "); got != want {

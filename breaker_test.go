@@ -111,11 +111,12 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	if got := l.Breaker(); got != floodgate.BreakerOpen {
 		t.Fatalf("breaker %v after a failed probe, want open again", got)
 	}
-	// A full cooldown again from the failed probe.
-	clock.Advance(cooldown - time.Microsecond)
+	// Twice the cooldown from the failed probe: probes come at growing
+	// intervals while the store stays down.
+	clock.Advance(2*cooldown - time.Microsecond)
 	l.Allow(ctx, user("alice"))
 	if got := st.calls.Load(); got != 2 {
-		t.Errorf("store called %d times within the second cooldown, want 2", got)
+		t.Errorf("store called %d times within the second, doubled, cooldown, want 2", got)
 	}
 	st.set(healthy)
 	clock.Advance(time.Microsecond)
@@ -127,28 +128,43 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	}
 }
 
-func TestBreakerCountsOnlyConsecutiveFailures(t *testing.T) {
+// TestBreakerJudgesTheShareOfFailures: failures scattered among successes,
+// as in a slow moment under load, leave the breaker closed however many
+// there are; an outage, where most calls fail, opens it once the window
+// holds Failures of them; failures older than the window are forgotten.
+func TestBreakerJudgesTheShareOfFailures(t *testing.T) {
 	ctx := context.Background()
 	st := newFaultyStore(t, healthy)
-	l, _ := remoteLimiter(t, st, floodgate.Options{
-		Breaker: floodgate.BreakerOptions{Failures: 3, Cooldown: time.Second},
+	l, clock := remoteLimiter(t, st, floodgate.Options{
+		Breaker: floodgate.BreakerOptions{Failures: 3, Window: time.Second, Cooldown: time.Second},
 	})
-	for range 4 {
-		st.set(failing)
-		l.Allow(ctx, user("alice"))
-		l.Allow(ctx, user("alice"))
+	// A slow moment: 40 failures among 60 successes in one second, never
+	// half of the calls so far.
+	for i := range 100 {
 		st.set(healthy)
+		if i%5 == 2 || i%5 == 3 {
+			st.set(failing)
+		}
 		l.Allow(ctx, user("alice"))
+		clock.Advance(10 * time.Millisecond)
 	}
 	if got := l.Breaker(); got != floodgate.BreakerClosed {
-		t.Errorf("breaker %v after pairs of failures between successes, want closed", got)
+		t.Fatalf("breaker %v after 40%% of a second's calls failed, want closed", got)
 	}
+	// Two failures and a second's quiet: not enough, and then forgotten.
 	st.set(failing)
-	for range 3 {
-		l.Allow(ctx, user("alice"))
+	l.Allow(ctx, user("alice"))
+	l.Allow(ctx, user("alice"))
+	clock.Advance(1100 * time.Millisecond)
+	l.Allow(ctx, user("alice"))
+	l.Allow(ctx, user("alice"))
+	if got := l.Breaker(); got != floodgate.BreakerClosed {
+		t.Fatalf("breaker %v after 2 failures, a quiet second and 2 more, want closed", got)
 	}
+	// The outage goes on: the third failure in the window opens it.
+	l.Allow(ctx, user("alice"))
 	if got := l.Breaker(); got != floodgate.BreakerOpen {
-		t.Errorf("breaker %v after 3 consecutive failures, want open", got)
+		t.Errorf("breaker %v after 3 failures of 3 calls, want open", got)
 	}
 }
 
@@ -297,8 +313,10 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 		}
 	}
 
-	// Plain failures open the breaker; a probe that meets a confined
-	// failure leaves it to the next call to probe, which closes it.
+	// Plain failures open the breaker (once the healthy decisions have
+	// left its window); a probe that meets a confined failure leaves it
+	// to the next call to probe, which closes it.
+	clock.Advance(time.Second)
 	st.plain.Store(true)
 	for range 3 {
 		l.Allow(ctx, user("healthy"))

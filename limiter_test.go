@@ -774,14 +774,16 @@ func TestSameNameOnOneStore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the same limiter made twice: %v", err)
 			}
-			// A reload hands over: the new version counts in the same keys.
+			// A reload hands over: the new version takes over the keys
+			// (its window is another, so it counts in a state of its own:
+			// see TestChangedWindowStartsANewState).
 			first.Allow(context.Background(), user("x"))
 			next, err := floodgate.New("api", store, perHour, opts(first))
 			if err != nil {
 				t.Fatalf("a replacement: %v", err)
 			}
-			if d := peek(t, next, user("x")); d.Remaining != 4 {
-				t.Fatalf("the replacement sees %d left, want 4 (the unit the old version counted)", d.Remaining)
+			if d := peek(t, next, user("x")); d.Remaining != 5 {
+				t.Fatalf("the replacement sees %d left, want 5 (a new window, a new state)", d.Remaining)
 			}
 			first.Close()
 			twin.Close()

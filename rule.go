@@ -75,7 +75,8 @@ const (
 // compiledRule is a validated Rule with its derived constants.
 type compiledRule struct {
 	Rule
-	scope  string
+	label  string // "limiter/rule", for messages
+	scope  string // where its state is stored (stateScope)
 	params store.Params
 	shadow bool // the rule or its limiter runs dark
 }
@@ -166,7 +167,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	if err := checkExact(r, r.Limit, r.Burst); err != "" {
 		return nil, bad("limit", "%s", err)
 	}
-	c := &compiledRule{Rule: r, scope: limiter + "/" + r.Name}
+	c := &compiledRule{Rule: r, label: limiter + "/" + r.Name, scope: stateScope(limiter, r)}
 	c.params = store.Params{
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst,
 		Buckets: r.Buckets, Align: r.Align, Location: r.Location,
@@ -224,7 +225,7 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (store.P
 			return p, err
 		}
 		if l < 0 || l > algo.MaxUnits/4 {
-			return p, sprintfErr("rule %s: limit function returned %d", c.scope, l)
+			return p, sprintfErr("rule %s: limit function returned %d", c.label, l)
 		}
 		if l > 0 {
 			if p.Algorithm == TokenBucket || p.Algorithm == GCRA {
@@ -232,7 +233,7 @@ func (c *compiledRule) paramsFor(ctx context.Context, attrs Attributes) (store.P
 			}
 			p.Limit = l
 			if msg := checkExact(c.Rule, p.Limit, p.Burst); msg != "" {
-				return p, sprintfErr("rule %s: limit function: %s", c.scope, msg)
+				return p, sprintfErr("rule %s: limit function: %s", c.label, msg)
 			}
 		}
 	}

@@ -33,6 +33,11 @@ func TestInvalid(t *testing.T) {
 		{"bad_limiter_name.yaml", []string{
 			"bad_limiter_name.yaml:2:11: limiters[0].name: may hold only letters, digits, '.', '_' and '-'",
 		}},
+		{"breaker.yaml", []string{
+			"breaker.yaml:1:32: breaker.ratio: must be a number above 0 and at most 1, got \"1.5\"",
+			"breaker.yaml:1:45: breaker.window: must be at least 10ms, got 5ms",
+			"breaker.yaml:4:14: limiters[0].breaker.max_cooldown: must not be shorter than cooldown (2s), got 1s",
+		}},
 		{"buckets.yaml", []string{
 			"buckets.yaml:8:18: limiters[0].rules[0].buckets: window 1s does not divide into 7 buckets of whole microseconds",
 		}},
@@ -262,7 +267,7 @@ func TestRedisSentinel(t *testing.T) {
 	if api.FailurePolicy != floodgate.FailClosed || api.Deadline != 10*time.Millisecond {
 		t.Errorf("api = %+v", api)
 	}
-	if got, want := api.Breaker, (floodgate.BreakerOptions{Failures: 3, Cooldown: 500 * time.Millisecond}); got != want {
+	if got, want := api.Breaker, (floodgate.BreakerOptions{Failures: 3, Ratio: 0.25, Window: 2 * time.Second, Cooldown: 500 * time.Millisecond, MaxCooldown: 4 * time.Second}); got != want {
 		t.Errorf("api breaker = %+v, want %+v", got, want)
 	}
 	if web.FailurePolicy != floodgate.FailOpen || web.Deadline != 20*time.Millisecond || web.Breaker.Failures != -1 {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"go.yaml.in/yaml/v3"
@@ -14,7 +16,7 @@ import (
 )
 
 func (d *decoder) breaker(n *yaml.Node, path string, b *floodgate.BreakerOptions) {
-	f := d.mapping(n, path, "failures", "cooldown", "disabled")
+	f := d.mapping(n, path, "failures", "ratio", "window", "cooldown", "max_cooldown", "disabled")
 	if f == nil {
 		return
 	}
@@ -23,16 +25,52 @@ func (d *decoder) breaker(n *yaml.Node, path string, b *floodgate.BreakerOptions
 			b.Failures = i
 		}
 	}
+	if v := f["ratio"]; v != nil {
+		if r, ok := d.ratio(v, path+".ratio"); ok {
+			b.Ratio = r
+		}
+	}
+	if v := f["window"]; v != nil {
+		if w, ok := d.positive(v, path+".window"); ok {
+			if w < 10*time.Millisecond {
+				d.errorf(v, path+".window", "must be at least 10ms, got %v", w)
+			} else {
+				b.Window = w
+			}
+		}
+	}
 	if v := f["cooldown"]; v != nil {
 		if c, ok := d.positive(v, path+".cooldown"); ok {
 			b.Cooldown = c
 		}
+	}
+	if v := f["max_cooldown"]; v != nil {
+		if c, ok := d.positive(v, path+".max_cooldown"); ok {
+			b.MaxCooldown = c
+		}
+	}
+	if b.MaxCooldown > 0 && b.MaxCooldown < b.Cooldown {
+		d.errorf(n, path+".max_cooldown", "must not be shorter than cooldown (%v), got %v", b.Cooldown, b.MaxCooldown)
 	}
 	if v := f["disabled"]; v != nil {
 		if off, ok := d.boolean(v, path+".disabled"); ok && off {
 			b.Failures = -1
 		}
 	}
+}
+
+// ratio decodes a number in (0, 1].
+func (d *decoder) ratio(n *yaml.Node, path string) (float64, bool) {
+	n, ok := d.scalar(n, path)
+	if !ok {
+		return 0, false
+	}
+	r, err := strconv.ParseFloat(n.Value, 64)
+	if err != nil || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") || !(r > 0 && r <= 1) {
+		d.errorf(n, path, "must be a number above 0 and at most 1, got %s", yamlnode.Describe(n))
+		return 0, false
+	}
+	return r, true
 }
 
 func (d *decoder) store(n *yaml.Node, path string, s *Store) {

@@ -107,7 +107,16 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 		}
 		st.limiters[name] = l
 	}
-	s.cur.Store(st)
+	old := s.cur.Swap(st)
+	if old != nil {
+		for name, l := range old.limiters {
+			// A domain removed, or left without limits, gives up its
+			// limiter's name, so that it can come back with other limits.
+			if st.limiters[name] == nil {
+				l.Close()
+			}
+		}
+	}
 	return nil
 }
 

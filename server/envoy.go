@@ -65,6 +65,9 @@ func (s *Server) openEnvoy() error {
 	if err != nil {
 		return err
 	}
+	if s.envoyKeep, err = newEnvoyKeep(s.Registerer); err != nil {
+		return err
+	}
 	s.envoy = svc
 	s.Logger.Info("envoy rate limit configuration loaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(cfg.Domains(), ","))
 	return nil

@@ -110,6 +110,13 @@ type Server struct {
 	// a domain no file defines are decided by the configuration's limiter
 	// of that name, each descriptor's entries being its attributes.
 	EnvoyConfigDir string
+	// EnvoyRemoveAfter is how long a domain whose file a reload no longer
+	// finds in EnvoyConfigDir keeps being served with its last limits
+	// (logged at WARN, and reported by floodgate_envoy_domain_file_missing)
+	// before it is removed: a file deleted or moved away and back within it
+	// never lifts its domain's limits. 0 means DefaultEnvoyRemoveAfter; a
+	// negative value removes the domain on the first reload that misses it.
+	EnvoyRemoveAfter time.Duration
 	// Envoy tunes the Envoy service further; see EnvoySettings.
 	Envoy EnvoySettings
 	// GRPCServices register further services on the gRPC server before it
@@ -124,16 +131,17 @@ type Server struct {
 	// goroutine about a tenth of the call's CPU time.
 	GRPCStreamWorkers int
 
-	limiters atomic.Pointer[limiterSet]
-	state    atomic.Pointer[reloadState]
-	metrics  *metrics
-	live     *live // top keys and per-second counts (live.go)
-	envoy    *envoy.Service
-	store    store.Store // Store, instrumented
-	secret   []byte
-	refunded refunded
-	draining atomic.Bool // Close's drain period: answers close their connection
-	reloadMu sync.Mutex
+	limiters  atomic.Pointer[limiterSet]
+	state     atomic.Pointer[reloadState]
+	metrics   *metrics
+	live      *live // top keys and per-second counts (live.go)
+	envoy     *envoy.Service
+	envoyKeep *envoyKeep  // the domains served after their file went (envoykeep.go)
+	store     store.Store // Store, instrumented
+	secret    []byte
+	refunded  refunded
+	draining  atomic.Bool // Close's drain period: answers close their connection
+	reloadMu  sync.Mutex
 
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
@@ -358,6 +366,7 @@ func (s *Server) Close() error {
 		if s.watcher != nil {
 			s.watcher.close()
 		}
+		s.stopEnvoyKeep()
 		if s.health != nil {
 			s.health.Shutdown()
 		}
@@ -489,6 +498,7 @@ func (s *Server) reload() error {
 		if err != nil {
 			return err
 		}
+		ecfg = s.keepMissing(ecfg, time.Now())
 		// Update changes nothing when it fails, so it goes before the
 		// limiters are swapped: a rejected reload swaps neither.
 		if err := s.envoy.Update(ecfg, s.envoyOptions(c)); err != nil {

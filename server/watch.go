@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/floodgate-go/floodgate/envoy"
 )
 
 // watchDebounce is how long the watcher waits after the last file event
@@ -16,9 +18,10 @@ import (
 // ConfigMap's symlink swap reloads once.
 const watchDebounce = 100 * time.Millisecond
 
-// watchQuiet is how long the file must have gone unmodified (by its
-// modification time) before the watcher reads it, so that a file written in
-// place in several steps is read once it is whole rather than half way.
+// watchQuiet is how long the configuration file and the Envoy directory's
+// files must have gone unmodified (by their modification times) before the
+// watcher reads them, so that a file written in place in several steps is
+// read once it is whole rather than half way.
 const watchQuiet = 500 * time.Millisecond
 
 // watcher reloads a server's configuration when its file changes. It
@@ -128,17 +131,30 @@ func (w *watcher) run() {
 	}
 }
 
-// settling returns how much longer to wait before the file has been left
-// alone for watchQuiet, or 0.
+// settling returns how much longer to wait before the files a reload
+// reads (the configuration file and every file of the Envoy directory)
+// have been left alone for watchQuiet, or 0. A file written in place in
+// steps less than watchQuiet apart is so read only whole.
 func (w *watcher) settling() time.Duration {
-	if w.path == "" {
+	var newest time.Time
+	note := func(path string) {
+		if fi, err := os.Stat(path); err == nil && fi.ModTime().After(newest) {
+			newest = fi.ModTime()
+		}
+	}
+	if w.path != "" {
+		note(w.path)
+	}
+	if w.envoyDir != "" {
+		paths, _ := envoy.DirFiles(w.envoyDir)
+		for _, p := range paths {
+			note(p)
+		}
+	}
+	if newest.IsZero() {
 		return 0
 	}
-	fi, err := os.Stat(w.path)
-	if err != nil {
-		return 0
-	}
-	age := time.Since(fi.ModTime())
+	age := time.Since(newest)
 	if age < 0 || age >= watchQuiet {
 		return 0 // a clock in the future (a network file system) waits no more
 	}

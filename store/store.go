@@ -89,8 +89,9 @@ type Batch struct {
 
 // Op is one rule of a Batch.
 type Op struct {
-	// Scope names the rule ("limiter/rule"); Key is the escaped key within
-	// it. Together they name the state.
+	// Scope names the rule's state ("limiter/rule@window" from a
+	// floodgate.Limiter: a rule whose window changes gets a new state);
+	// Key is the escaped key within it. Together they name the state.
 	Scope string
 	Key   string
 	// Params are the rule's parameters for this decision (after per-request

@@ -16,8 +16,9 @@ import (
 // Expiry lets RunConcurrent read a remote store's expiries.
 type Expiry struct {
 	// TTL returns the time to live of the state the store holds for an
-	// op's scope ("limiter/rule") and key under an algorithm, and whether
-	// it holds any; a negative ttl means the state never expires.
+	// op's scope (Limiter.StateScope: "limiter/rule@window") and key under
+	// an algorithm, and whether it holds any; a negative ttl means the
+	// state never expires.
 	TTL func(scope, key string, alg store.Algorithm) (ttl time.Duration, held bool, err error)
 	// Keys counts every key the store holds for a limiter: states, lease
 	// sets and spent-ticket records.
@@ -133,7 +134,8 @@ func RunConcurrent(t *testing.T, s store.Store, e *Expiry) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ttl, held, err := e.TTL(lim.Name()+"/"+c.rule.Name, hotKey["user"], c.rule.Algorithm)
+		scope, _ := lim.StateScope(c.rule.Name)
+		ttl, held, err := e.TTL(scope, hotKey["user"], c.rule.Algorithm)
 		// The TTL was read up to this long after the peek, and has ms
 		// resolution.
 		late := time.Since(start) + time.Millisecond

@@ -96,17 +96,18 @@ func isReferenceCommand(arg string) bool {
 
 // reference is what the environment asks for.
 type reference struct {
-	logger    *slog.Logger
-	httpAddr  string
-	grpcAddr  string
-	debugAddr string
-	promAddr  string // "" unless USE_PROMETHEUS
-	promPath  string
-	dir       string
-	watchRoot bool
-	redis     *redis.Options
-	config    *config.Config
-	envoy     server.EnvoySettings
+	logger      *slog.Logger
+	httpAddr    string
+	grpcAddr    string
+	debugAddr   string
+	promAddr    string // "" unless USE_PROMETHEUS
+	promPath    string
+	dir         string
+	watchRoot   bool
+	removeAfter time.Duration // FLOODGATE_ENVOY_REMOVE_AFTER
+	redis       *redis.Options
+	config      *config.Config
+	envoy       server.EnvoySettings
 }
 
 func (m *Main) ratelimit(ctx context.Context, args []string) int {
@@ -165,6 +166,7 @@ func readReference(getenv func(string) string, logOut io.Writer) (*reference, er
 	}
 	r.dir = filepath.Join(e.str("RUNTIME_ROOT"), e.str("RUNTIME_SUBDIRECTORY"), e.str("RUNTIME_APPDIRECTORY"))
 	r.watchRoot = e.boolean("RUNTIME_WATCH_ROOT")
+	r.removeAfter = removeAfter(e.duration("FLOODGATE_ENVOY_REMOVE_AFTER"))
 	if !e.boolean("RUNTIME_IGNOREDOTFILES") && e.getenv("RUNTIME_IGNOREDOTFILES") != "" {
 		logger.Warn("reference setting mapped", "var", "RUNTIME_IGNOREDOTFILES", "reason", lookupEnvVar("RUNTIME_IGNOREDOTFILES").note)
 	}
@@ -343,18 +345,19 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := &server.Server{
-		Config:         r.config,
-		WatchConfig:    true,
-		Store:          withDenyCache(store, r.config.Store.Redis.DenyCacheSize),
-		HTTPAddr:       r.httpAddr,
-		GRPCAddr:       r.grpcAddr,
-		EnvoyConfigDir: r.dir,
-		Envoy:          r.envoy,
-		AdminToken:     m.Getenv("FLOODGATE_ADMIN_TOKEN"),
-		TicketSecret:   []byte(m.Getenv("FLOODGATE_TICKET_SECRET")),
-		Registerer:     reg,
-		Gatherer:       reg,
-		Logger:         logger,
+		Config:           r.config,
+		WatchConfig:      true,
+		Store:            withDenyCache(store, r.config.Store.Redis.DenyCacheSize),
+		HTTPAddr:         r.httpAddr,
+		GRPCAddr:         r.grpcAddr,
+		EnvoyConfigDir:   r.dir,
+		EnvoyRemoveAfter: r.removeAfter,
+		Envoy:            r.envoy,
+		AdminToken:       m.Getenv("FLOODGATE_ADMIN_TOKEN"),
+		TicketSecret:     []byte(m.Getenv("FLOODGATE_TICKET_SECRET")),
+		Registerer:       reg,
+		Gatherer:         reg,
+		Logger:           logger,
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)

@@ -154,6 +154,7 @@ var referenceEnv = []envVar{
 
 	// floodgate's own.
 	{"FLOODGATE_STORE_DEADLINE", "", honoured, "floodgate only: how long a decision waits for Redis before the failure policy (open) decides; default REDIS_TIMEOUT"},
+	{"FLOODGATE_ENVOY_REMOVE_AFTER", "30s", honoured, "floodgate only: how long a domain whose file is gone keeps its last limits before it is removed (the reference drops it at once); `0` removes it at once"},
 	{"FLOODGATE_IETF_HEADERS", "false", honoured, "floodgate only: add the IETF RateLimit and RateLimit-Policy pair to the answers"},
 	{"FLOODGATE_ADMIN_TOKEN", "", honoured, "floodgate only: bearer token of the admin endpoints"},
 	{"FLOODGATE_TICKET_SECRET", "", honoured, "floodgate only: secret of refund tickets (floodgate's /v1 API)"},

@@ -261,7 +261,7 @@ func TestReferenceCases(t *testing.T) {
 				store = "store:\n  memory: {max_keys: 100000}\n"
 			}
 			root := refRuntime(t)
-			s := startService(t, store, nil, "--envoy-config-dir", filepath.Join(root, "ratelimit", "config"))
+			s := startService(t, store, nil, "--envoy-config-dir", filepath.Join(root, "ratelimit", "config"), "--envoy-remove-after", "1s")
 			r := newRefTarget(t, s.grpc, s.http, root, false)
 			r.all()
 		})
@@ -302,6 +302,11 @@ func startReferenceProgram(t *testing.T, env map[string]string, program string, 
 		var host string
 		host, env[name] = freeAddr(t)
 		env[strings.TrimSuffix(name, "PORT")+"HOST"] = host
+	}
+	if _, ok := env["FLOODGATE_ENVOY_REMOVE_AFTER"]; !ok {
+		// The reference's testConfigReload waits for a removed file's
+		// domain to go; floodgate keeps it for this long first.
+		env["FLOODGATE_ENVOY_REMOVE_AFTER"] = "1s"
 	}
 	var list []string
 	for k, v := range env {

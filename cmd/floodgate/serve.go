@@ -59,6 +59,7 @@ type serveFlags struct {
 	drain           time.Duration
 	grpcWorkers     int
 	watch           bool
+	removeAfter     time.Duration
 }
 
 func (m *Main) serve(ctx context.Context, args []string) int {
@@ -70,6 +71,7 @@ func (m *Main) serve(ctx context.Context, args []string) int {
 	fs.StringVar(&f.grpcAddr, "grpc", firstNonEmpty(m.Getenv("FLOODGATE_GRPC"), server.DefaultGRPCAddr),
 		`gRPC listen `+"`address`"+` ("-" disables gRPC; $FLOODGATE_GRPC sets the default)`)
 	fs.StringVar(&f.envoyDir, "envoy-config-dir", "", "`directory` of Envoy rate limit service configuration files to serve over gRPC")
+	fs.DurationVar(&f.removeAfter, "envoy-remove-after", server.DefaultEnvoyRemoveAfter, "how long an Envoy domain whose file is gone keeps its last limits before it is removed (0: at once)")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer `token` for admin endpoints (default $FLOODGATE_ADMIN_TOKEN; none disables them)")
 	fs.StringVar(&f.ticketSecret, "ticket-secret", "", "`secret` that authenticates refund tickets (default $FLOODGATE_TICKET_SECRET, else random per process)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
@@ -174,6 +176,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		Logger:            logger,
 	}
 	srv.EnvoyConfigDir = f.envoyDir
+	srv.EnvoyRemoveAfter = removeAfter(f.removeAfter)
 	if secret == "" {
 		logger.Info("no ticket secret set: tickets refund only on this instance; set FLOODGATE_TICKET_SECRET on every instance sharing a store")
 	}
@@ -371,4 +374,13 @@ func withoutSecrets(msg string, r *config.Redis) string {
 		}
 	}
 	return msg
+}
+
+// removeAfter is server.Server.EnvoyRemoveAfter for a setting of d, where
+// 0 (or less) removes a domain at once.
+func removeAfter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -50,12 +50,14 @@
 //
 // # Keys
 //
-// A rule key's state lives under prefix + "{limiter/rule:key}:" + the
-// algorithm (fixed, sliding, bucket, gcra or leases; leases add a sorted
-// set of expiries, refunded tickets a marker). The braces are a Cluster
+// A rule key's state lives under prefix + "{scope:key}:" + the algorithm
+// (fixed, sliding, bucket, gcra or leases; leases add a sorted set of
+// expiries, refunded tickets a marker). The scope is the limiter's:
+// "limiter/rule@window" (the window, such as "1m", keeps a rule whose
+// window changes from reading the old window's state; see docs/redis.md). The braces are a Cluster
 // hash tag: all of one rule key's data shares a slot. With Options.HashTag
 // set to TagLimiter, the tag is the limiter's name instead: prefix +
-// "{limiter}/rule:key:" + the algorithm, so all of one limiter's data
+// "{limiter}/rule@window:key:" + the algorithm, so all of one limiter's data
 // shares a slot. Every key is written with a TTL in the same script step,
 // from the instant its state means the same as an absent key; a key that
 // means "absent" is deleted instead.

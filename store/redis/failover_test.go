@@ -82,7 +82,7 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 	ctx := context.Background()
 	for i := range users {
 		users[i] = "user" + strconv.Itoa(i)
-		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{lost/r:"+users[i]+"}:fixed"))
+		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{lost/r@1h:"+users[i]+"}:fixed"))
 		onVictim[i] = owner[slot] == victim.Addr
 		if d := lim.Allow(ctx, floodgate.Attributes{"user": users[i]}); !d.Allowed || d.Reason == floodgate.ReasonStore {
 			t.Fatalf("before the kill: %+v", d)

@@ -215,7 +215,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	onVictim := make([]bool, len(users))
 	for i := range users {
 		users[i] = fmt.Sprint("user", i)
-		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{nodes/r:"+users[i]+"}:fixed"))
+		slot, _ := strconv.Atoi(cl.Nodes[1].MustDo("CLUSTER", "KEYSLOT", "fg:{nodes/r@1h:"+users[i]+"}:fixed"))
 		onVictim[i] = owner[slot] == victim.Addr
 	}
 	ctx := context.Background()

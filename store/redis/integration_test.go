@@ -246,7 +246,7 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("admitted %d + %d, over the limits %v", a0, a1, limits)
 	}
 	counter := func(rule, key string) int64 {
-		k := "fg:{cl/" + rule + ":" + key + "}:fixed"
+		k := "fg:{cl/" + rule + "@1h:" + key + "}:fixed"
 		for _, n := range cl.Nodes {
 			if v, err := n.Do("GET", k); err == nil && v != "" {
 				return fixedCount(t, v)
@@ -401,10 +401,10 @@ func TestClusterTagLimiter(t *testing.T) {
 		return 0, ""
 	}
 	want := cl.Nodes[0].MustDo("CLUSTER", "KEYSLOT", "gw")
-	if got, slot := counter("fg:{gw}/rpm:r:fixed"); got != a0+a1 || slot != want {
+	if got, slot := counter("fg:{gw}/rpm@1h:r:fixed"); got != a0+a1 || slot != want {
 		t.Errorf("rpm counter %d in slot %s, want %d in slot %s", got, slot, a0+a1, want)
 	}
-	for _, k := range []string{"fg:{gw}/upm:u0:sliding", "fg:{gw}/upm:u1:sliding"} {
+	for _, k := range []string{"fg:{gw}/upm@1h:u0:sliding", "fg:{gw}/upm@1h:u1:sliding"} {
 		found := false
 		for _, n := range cl.Nodes {
 			if v, err := n.Do("EXISTS", k); err == nil && v == "1" {

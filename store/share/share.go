@@ -10,7 +10,10 @@
 //	lim, _ := floodgate.New("api", redisStore, rules, &floodgate.Options{Fallback: fallback})
 //
 // The limiter's circuit breaker decides when the shared store is down and
-// when it is back; the fallback only answers in the meantime.
+// when it is back; the fallback only answers in the meantime. When the
+// shared store answers again, the limiter records into it what its
+// fallback admitted (see floodgate.Options.Fallback), so the instances'
+// local admissions count in the store's window too.
 package share
 
 import (
