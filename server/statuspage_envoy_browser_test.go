@@ -52,6 +52,7 @@ descriptors:
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr, "REDIS_TIMEOUT=2s", "USE_STATSD=false", "LOG_LEVEL=warn",
 		"FLOODGATE_ADMIN_TOKEN=" + token,
+		"FLOODGATE_ENVOY_REMOVE_AFTER=1s", // a deleted domain file is gone after a second
 	}
 	for name, addr := range map[string]string{"": httpAddr, "GRPC_": grpcAddr, "DEBUG_": debugAddr} {
 		host, port, _ := strings.Cut(addr, ":")
