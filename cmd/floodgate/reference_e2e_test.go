@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/internal/testcert"
 )
 
@@ -271,7 +272,7 @@ func TestReferenceCases(t *testing.T) {
 // refService is floodgate started with the reference's environment only.
 type refService struct {
 	http, grpc, debug string
-	logs              *strings.Builder
+	logs              *syncbuf.Buffer // written by the goroutine reading stderr
 }
 
 // freeAddr picks a free loopback port.
@@ -325,13 +326,13 @@ func startReferenceProgram(t *testing.T, env map[string]string, program string, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &refService{logs: &strings.Builder{}}
+	s := &refService{logs: &syncbuf.Buffer{}}
 	ready, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			s.logs.WriteString(sc.Text() + "\n")
+			fmt.Fprintln(s.logs, sc.Text())
 			var line map[string]any
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "listening" {
 				s.http, s.grpc = "http://"+line["http"].(string), line["grpc"].(string)
@@ -343,7 +344,7 @@ func startReferenceProgram(t *testing.T, env map[string]string, program string, 
 	select {
 	case <-ready:
 	case <-done:
-		t.Fatalf("floodgate exited before listening:\n%s", s.logs)
+		t.Fatalf("floodgate exited before listening:\n%s", s.logs.String())
 	case <-time.After(10 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("floodgate did not start listening")
@@ -424,7 +425,7 @@ func TestReferenceEnvironment(t *testing.T) {
 				}
 			}
 			if tc.extra["REDIS_PERSECOND"] != "" && !strings.Contains(s.logs.String(), `"var":"REDIS_PERSECOND"`) {
-				t.Errorf("REDIS_PERSECOND ignored without a word:\n%s", s.logs)
+				t.Errorf("REDIS_PERSECOND ignored without a word:\n%s", s.logs.String())
 			}
 		})
 	}
@@ -625,7 +626,7 @@ func TestReferenceRedisTopologies(t *testing.T) {
 		s := startReference(t, env)
 		newRefTarget(t, s.grpc, s.http, root, false).all()
 		if strings.Contains(s.logs.String(), "not a Cluster") {
-			t.Errorf("a real Cluster taken for a single node:\n%s", s.logs)
+			t.Errorf("a real Cluster taken for a single node:\n%s", s.logs.String())
 		}
 	})
 	// Seed nodes that are not a Cluster: served as a single node, with a
@@ -639,7 +640,7 @@ func TestReferenceRedisTopologies(t *testing.T) {
 		r := newRefTarget(t, s.grpc, s.http, root, false)
 		r.expect("cluster on a single node", r.ask("basic", []string{"key1", "single"}), ok, refStatus{ok, 50, second, 49})
 		if !strings.Contains(s.logs.String(), "set REDIS_TYPE=SINGLE") {
-			t.Errorf("REDIS_TYPE=CLUSTER on a single Redis accepted without a word:\n%s", s.logs)
+			t.Errorf("REDIS_TYPE=CLUSTER on a single Redis accepted without a word:\n%s", s.logs.String())
 		}
 	})
 	t.Run("sentinel", func(t *testing.T) {
