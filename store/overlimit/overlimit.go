@@ -271,10 +271,29 @@ func (s *Store) learn(b *store.Batch, now int64) {
 // forget drops the denials of b's keys.
 func (s *Store) forget(b *store.Batch) {
 	for i := range b.Ops {
-		if cacheable(&b.Ops[i]) {
-			s.drop(&b.Ops[i])
+		if op := &b.Ops[i]; cacheable(op) && !(b.Mode == store.Record && s.full(op)) {
+			s.drop(op)
 		}
 	}
+}
+
+// full reports whether op's key has a remembered denial of a fixed window
+// with nothing left under op's parameters: a record adds to the window's
+// count, and the denial holds as it was (nothing left until the window
+// ends), so that a refused hit recorded after its denial (Envoy's) keeps
+// the key answered locally.
+func (s *Store) full(op *store.Op) bool {
+	if op.Params.Algorithm != store.FixedWindow {
+		return false
+	}
+	sh := s.shard(op)
+	if sh.n.Load() == 0 {
+		return false
+	}
+	sh.mu.Lock()
+	d, ok := sh.m[ruleKey{op.Scope, op.Key}]
+	sh.mu.Unlock()
+	return ok && d.rem == 0 && d.params == op.Params
 }
 
 // drop drops the denial of op's key.

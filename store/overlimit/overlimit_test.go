@@ -103,6 +103,53 @@ func TestFlood(t *testing.T) {
 	})
 }
 
+// TestRecordIntoFullWindow: recording into a fixed window already full (as
+// the Envoy API does with a refused hit) keeps its remembered denial, whose
+// figures still hold; a record into a window with units left drops it.
+func TestRecordIntoFullWindow(t *testing.T) {
+	eachBackend(t, func(t *testing.T, st store.Store) {
+		clock := floodgate.NewManualClock(time.Now())
+		inner := &counted{Store: st}
+		lim := newLimiter(t, "record", overlimit.New(inner, &overlimit.Options{MaxAge: -1}), clock,
+			floodgate.Rule{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}})
+		x := floodgate.Attributes{"user": "x"}
+		if d, _ := lim.AllowN(ctx, x, 3); !d.Allowed {
+			t.Fatal("3 units refused")
+		}
+		if d := lim.Allow(ctx, x); d.Allowed {
+			t.Fatal("a 4th unit admitted")
+		}
+		if _, err := lim.Record(ctx, x, 1); err != nil {
+			t.Fatal(err)
+		}
+		inner.since()
+		if d := lim.Allow(ctx, x); d.Allowed || d.Remaining != 0 || d.RetryAfter != time.Minute {
+			t.Fatalf("after a record into the full window: %+v, want denied for 1m", d)
+		}
+		if n := inner.since(); n != 0 {
+			t.Fatalf("inner calls for the denial after the record: %d, want 0 (still remembered)", n)
+		}
+		// A denial with a unit left moves with a record: it is dropped.
+		y := floodgate.Attributes{"user": "y"}
+		if d, _ := lim.AllowN(ctx, y, 2); !d.Allowed {
+			t.Fatal("2 units refused")
+		}
+		if d, _ := lim.AllowN(ctx, y, 2); d.Allowed || d.Remaining != 1 {
+			t.Fatalf("a cost of 2 with 1 left: %+v, want denied with 1 left", d)
+		}
+		if _, err := lim.Record(ctx, y, 1); err != nil {
+			t.Fatal(err)
+		}
+		inner.since()
+		if d, _ := lim.AllowN(ctx, y, 2); d.Allowed || d.Remaining != 0 {
+			t.Fatalf("after a record of the last unit: %+v, want denied with 0 left", d)
+		}
+		if n := inner.since(); n != 1 {
+			t.Fatalf("inner calls for the denial after the record: %d, want 1 (the store's figures moved)", n)
+		}
+	})
+}
+
 // TestEveryRule: a decision is answered locally only when every one of its
 // rules is a remembered denial, and then exactly as the inner store would
 // answer it. per-user 1/min and per-tenant 1/h, the tenant spent by
