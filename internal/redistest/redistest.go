@@ -380,6 +380,22 @@ type ClusterOptions struct {
 	// with Redis's own defaults (a 15 s cluster-node-timeout and
 	// cluster-require-full-coverage yes among them).
 	Args []string
+	// InMemory keeps the nodes' files (nodes.conf, the log) on /dev/shm
+	// when the machine has it: a node writes and fsyncs nodes.conf on
+	// every CLUSTER SETSLOT, which on a busy disk stalls it for up to
+	// seconds, a cost of the machine and not of what a test measures.
+	InMemory bool
+}
+
+// memDir returns a directory on /dev/shm removed when t ends, or, without
+// /dev/shm, t.TempDir().
+func memDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("/dev/shm", "redistest-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // StartCluster starts three Cluster-enabled masters without replicas, with
@@ -407,7 +423,11 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		var last error
 		for range 5 {
 			port := freePort(t, true)
-			s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
+			dir := t.TempDir()
+			if o.InMemory {
+				dir = memDir(t)
+			}
+			s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
 			s.extra = append([]string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),

@@ -1,0 +1,82 @@
+package redistest
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// ID returns a Cluster node's id (CLUSTER MYID).
+func (s *Server) ID() string {
+	s.t.Helper()
+	return s.MustDo("CLUSTER", "MYID")
+}
+
+// Migration is a slot being moved from one master to another by hand, as
+// redis-cli --cluster reshard moves each slot: marked importing on the
+// target and migrating on the source, its keys moved with MIGRATE, then
+// given to the target. Between BeginMigration and Finish it stays
+// migrating for as long as the test likes.
+type Migration struct {
+	t        testing.TB
+	c        *Cluster
+	slot     int
+	from, to *Server
+}
+
+// BeginMigration marks slot importing on to and migrating on from (CLUSTER
+// SETSLOT ... IMPORTING, then ... MIGRATING). from must own the slot.
+func (c *Cluster) BeginMigration(t testing.TB, slot int, from, to *Server) *Migration {
+	t.Helper()
+	s := strconv.Itoa(slot)
+	to.MustDo("CLUSTER", "SETSLOT", s, "IMPORTING", from.ID())
+	from.MustDo("CLUSTER", "SETSLOT", s, "MIGRATING", to.ID())
+	return &Migration{t: t, c: c, slot: slot, from: from, to: to}
+}
+
+// MoveKeys moves up to n of the slot's keys from the source to the target
+// with one MIGRATE (CLUSTER GETKEYSINSLOT picks them) and returns how
+// many it moved.
+func (m *Migration) MoveKeys(n int) int {
+	m.t.Helper()
+	out := m.from.MustDo("CLUSTER", "GETKEYSINSLOT", strconv.Itoa(m.slot), strconv.Itoa(n))
+	if out == "" {
+		return 0
+	}
+	keys := strings.Split(out, "\n")
+	host, port, _ := strings.Cut(m.to.Addr, ":")
+	args := append([]string{"MIGRATE", host, port, "", "0", "5000", "KEYS"}, keys...)
+	m.from.MustDo(args...)
+	return len(keys)
+}
+
+// Finish moves the slot's remaining keys and gives the slot to the target
+// on the target, the source and every other master (CLUSTER SETSLOT ...
+// NODE), as redis-cli does.
+func (m *Migration) Finish() {
+	m.t.Helper()
+	for m.MoveKeys(100) > 0 {
+	}
+	id, s := m.to.ID(), strconv.Itoa(m.slot)
+	m.to.MustDo("CLUSTER", "SETSLOT", s, "NODE", id)
+	m.from.MustDo("CLUSTER", "SETSLOT", s, "NODE", id)
+	for _, n := range m.c.Nodes {
+		if n != m.from && n != m.to {
+			n.MustDo("CLUSTER", "SETSLOT", s, "NODE", id)
+		}
+	}
+}
+
+// Reshard moves slots slots from one master to another with redis-cli
+// --cluster reshard and returns its output.
+func (c *Cluster) Reshard(t testing.TB, from, to *Server, slots int) string {
+	t.Helper()
+	out, err := exec.Command("redis-cli", "--cluster", "reshard", from.Addr,
+		"--cluster-from", from.ID(), "--cluster-to", to.ID(),
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	return string(out)
+}
