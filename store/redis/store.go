@@ -347,7 +347,7 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 		if g.c.err != nil || g.c.reply[0] != 1 {
 			continue
 		}
-		cg := &group{}
+		cg := &group{slot: g.slot}
 		r := g.c.reply[2:]
 		for j, i := range g.idx {
 			if v := r[j*replyPerOp : (j+1)*replyPerOp]; v[replyStatus] == statusCharged {
