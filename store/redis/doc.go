@@ -97,6 +97,16 @@
 // concurrency op whose two keys exist on neither node has them made first,
 // each alone, meaning no lease. See docs/redis.md.
 //
+// # Sentinel
+//
+// In a Sentinel failover the sentinels announce the new master about a
+// second after promoting it; until then the old master, when it is up,
+// takes writes it then discards. The store listens to every sentinel and,
+// when one starts promoting a replica of its master, pauses the old
+// master's writes (CLIENT PAUSE ... WRITE) until the switch, so those
+// decisions follow the failure policy instead of losing their charges.
+// Sentinel.NoFailoverPause turns this off.
+//
 // # Failure
 //
 // A Store is a remote store: the limiter gives each call its deadline and

@@ -24,7 +24,8 @@ type Store struct {
 	prefix    string
 	tag       HashTag
 	batchTime bool
-	nodes     *nodes // per-master breakers, in Cluster
+	nodes     *nodes         // per-master breakers, in Cluster
+	guard     *failoverGuard // pauses an old Sentinel master's writes (see sentinel.go)
 	logger    *slog.Logger
 }
 
@@ -50,6 +51,9 @@ func New(opts *Options) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
+	if sn := opts.Sentinel; sn != nil && !sn.NoFailoverPause {
+		s.guard = startFailoverGuard(c, sn, opts.TLS, s.logger)
+	}
 	return s, nil
 }
 
@@ -87,11 +91,12 @@ func newStore(c rueidis.Client, opts *Options) (*Store, error) {
 	if max := cmp.Or(opts.MaxCoalesce, DefaultMaxCoalesce); !r.cluster() && max > 1 {
 		s.run = &coalescer{rueidisRunner: r, max: max}
 	}
-	if r.cluster() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	switch c.Mode() {
+	case rueidis.ClientModeCluster:
 		s.nodes = newNodes(r, opts.NodeBreaker, s.logger)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.nodes.check(ctx)
-		cancel()
 	}
 	return s, nil
 }
@@ -154,6 +159,9 @@ func clientOption(opts *Options) (rueidis.ClientOption, error) {
 func (s *Store) Close() error {
 	if s.nodes != nil {
 		s.nodes.close()
+	}
+	if s.guard != nil {
+		s.guard.close()
 	}
 	if s.owned {
 		s.c.Close()
