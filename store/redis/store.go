@@ -91,12 +91,11 @@ func newStore(c rueidis.Client, opts *Options) (*Store, error) {
 	if max := cmp.Or(opts.MaxCoalesce, DefaultMaxCoalesce); !r.cluster() && max > 1 {
 		s.run = &coalescer{rueidisRunner: r, max: max}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	switch c.Mode() {
-	case rueidis.ClientModeCluster:
+	if r.cluster() {
 		s.nodes = newNodes(r, opts.NodeBreaker, s.logger)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.nodes.check(ctx)
+		cancel()
 	}
 	return s, nil
 }
