@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -78,15 +79,22 @@ func (g *failoverGuard) listen(ctx context.Context, sub rueidis.Client) {
 }
 
 // promoting pauses the master's writes if msg ("slave <name> <ip> <port>
-// @ <master> <ip> <port>") names the store's master.
+// @ <master> <ip> <port>") names the store's master set and the master
+// the store's client is connected to: a client that already follows
+// another master is left alone.
 func (g *failoverGuard) promoting(ctx context.Context, msg string) {
-	_, rest, ok := strings.Cut(msg, " @ ")
-	if name, _, _ := strings.Cut(rest, " "); !ok || name != g.master {
+	_, rest, _ := strings.Cut(msg, " @ ")
+	f := strings.Fields(rest)
+	if len(f) != 3 || f[0] != g.master {
+		return
+	}
+	old, ok := g.c.Nodes()[net.JoinHostPort(f[1], f[2])]
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	err := g.c.Do(ctx, g.c.B().ClientPause().Timeout(failoverPause.Milliseconds()).Write().Build()).Error()
+	err := old.Do(ctx, old.B().ClientPause().Timeout(failoverPause.Milliseconds()).Write().Build()).Error()
 	if err != nil {
 		g.logger.Warn("floodgate/redis: a sentinel is promoting a replica, and the old master refused to pause writes: the charges made until the new master is announced are lost", "err", err)
 		return
