@@ -153,8 +153,10 @@ func plannedFailover(t *testing.T, args []string, noPause bool) {
 		since := func(ns int64) time.Duration { return time.Duration(ns - start.UnixNano()).Round(time.Millisecond) }
 		t.Logf("%d decisions by policy, from %v to %v after SENTINEL FAILOVER", n, since(firstPolicy.Load()), since(lastPolicy.Load()))
 	}
-	if lost < 0 {
-		t.Errorf("the new master counts %d more than were admitted", -lost)
+	// A decision by policy may have been charged: its call may have run
+	// past its deadline.
+	if -lost > policy.Load() {
+		t.Errorf("the new master counts %d more than were admitted, and only %d decisions were by policy", -lost, policy.Load())
 	}
 	// Writes the old master made but had not yet sent its replica when
 	// the replica was promoted are lost whatever the settings:
