@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // ID returns a Cluster node's id (CLUSTER MYID).
@@ -77,6 +78,49 @@ func (c *Cluster) Reshard(t testing.TB, from, to *Server, slots int) string {
 		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// AddMaster starts a node run as the Cluster's are, joins it to the
+// Cluster as a master without slots (redis-cli --cluster add-node), waits
+// until every master knows it, and adds it to Nodes.
+func (c *Cluster) AddMaster(t testing.TB) *Server {
+	t.Helper()
+	n := startClusterNode(t, c.opts)
+	if out, err := exec.Command("redis-cli", "--cluster", "add-node", n.Addr, c.Nodes[0].Addr).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster add-node: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		known := true
+		for _, m := range c.Nodes {
+			nodes, err := m.Do("CLUSTER", "NODES")
+			known = known && err == nil && strings.Contains(nodes, n.Addr)
+		}
+		if info, err := n.Do("CLUSTER", "INFO"); known && err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s not known to every master 30s after add-node", n.Addr)
+		}
+	}
+	c.Nodes = append(c.Nodes, n)
+	return n
+}
+
+// Rebalance spreads the slots over the masters by weight, those without
+// slots included (redis-cli --cluster rebalance --cluster-use-empty-masters),
+// and returns redis-cli's output. weights are "node-id=weight" for the
+// masters whose weight is not 1.
+func (c *Cluster) Rebalance(t testing.TB, weights ...string) string {
+	t.Helper()
+	args := []string{"--cluster", "rebalance", c.Nodes[0].Addr, "--cluster-use-empty-masters", "--cluster-yes"}
+	if len(weights) > 0 {
+		args = append(append(args, "--cluster-weight"), weights...)
+	}
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster rebalance: %v\n%s", err, out)
 	}
 	return string(out)
 }

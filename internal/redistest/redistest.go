@@ -361,6 +361,8 @@ type Cluster struct {
 	Nodes []*Server
 	// Replicas[i] are the replicas of Nodes[i] (none for StartCluster).
 	Replicas [][]*Server
+
+	opts ClusterOptions // the nodes', for AddMaster
 }
 
 // Addrs returns the masters' addresses.
@@ -419,29 +421,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	requireBinaries(t)
 	var all []*Server
 	for range 3 * (1 + o.Replicas) {
-		var node *Server
-		var last error
-		for range 5 {
-			port := freePort(t, true)
-			dir := t.TempDir()
-			if o.InMemory {
-				dir = memDir(t)
-			}
-			s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
-			s.extra = append([]string{
-				"--cluster-enabled", "yes",
-				"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
-			}, o.Args...)
-			if last = s.start(); last == nil {
-				node = s
-				break
-			}
-		}
-		if node == nil {
-			t.Fatalf("redistest: cannot start cluster node: %v", last)
-		}
-		t.Cleanup(node.Kill)
-		all = append(all, node)
+		all = append(all, startClusterNode(t, o))
 	}
 	args := []string{"--cluster", "create"}
 	for _, n := range all {
@@ -476,6 +456,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	var c *Cluster
 	wait(all[0], "aware of every role", func() bool {
 		c = roles(all[0].MustDo("CLUSTER", "NODES"), byAddr)
+		c.opts = o
 		if len(c.Nodes) != 3 {
 			return false
 		}
@@ -495,6 +476,31 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		}
 	}
 	return c
+}
+
+// startClusterNode starts a Cluster-enabled node, not yet in a Cluster,
+// run with o's arguments, and stops it when t ends.
+func startClusterNode(t testing.TB, o ClusterOptions) *Server {
+	t.Helper()
+	var last error
+	for range 5 {
+		port := freePort(t, true)
+		dir := t.TempDir()
+		if o.InMemory {
+			dir = memDir(t)
+		}
+		s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s.extra = append([]string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+		}, o.Args...)
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redistest: cannot start cluster node: %v", last)
+	return nil
 }
 
 // roles reads the masters (the nodes serving slots) and their replicas from
