@@ -23,6 +23,9 @@ import (
 // lowest slots) to another.
 const movingSlots = 600
 
+// slotCount is the number of Cluster slots.
+const slotCount = 16384
+
 // migrationDeadline is the limiters' deadline in the migration tests:
 // long enough that a decision on a slot that stays is answered on a test
 // machine running other tests on two cores.
@@ -32,7 +35,8 @@ const migrationDeadline = time.Second
 // under concurrent load, with the default hash tag and with TagLimiter:
 // held migrating by hand (CLUSTER SETSLOT ... IMPORTING and MIGRATING for
 // 2s, then the keys moved with MIGRATE and the slots given to the target),
-// and by redis-cli --cluster reshard. The load is a fail-closed limiter of
+// by redis-cli --cluster reshard, and by redis-cli --cluster add-node and
+// rebalance onto a fourth master (about 600 slots). The load is a fail-closed limiter of
 // a per-user fixed window, a per-tenant token bucket, a global
 // clock-aligned window and a per-user ledger (every fourth admission
 // refunded), a second such limiter, and a concurrency limiter whose every
@@ -44,12 +48,8 @@ const migrationDeadline = time.Second
 // how many decisions on the moving slots still reached the policy.
 func TestClusterSlotMigration(t *testing.T) {
 	for _, tag := range []redis.HashTag{redis.TagRule, redis.TagLimiter} {
-		for _, reshard := range []bool{false, true} {
-			name := tag.String() + "/by-hand"
-			if reshard {
-				name = tag.String() + "/reshard"
-			}
-			t.Run(name, func(t *testing.T) { slotMigration(t, tag, reshard) })
+		for _, how := range []string{"by-hand", "reshard", "add-node+rebalance"} {
+			t.Run(tag.String()+"/"+how, func(t *testing.T) { slotMigration(t, tag, how) })
 		}
 	}
 }
@@ -72,15 +72,17 @@ type migration struct {
 	admitted, refunded, unsure, unsureRefunds [2][]atomic.Int64
 	leaseUnsure                               atomic.Int64
 
-	decisions, policy             [2]atomic.Int64 // [0] slots that stay, [1] moving
-	refundsFailed                 atomic.Int64
-	firstPolicyStill, firstRefund atomic.Value // error
+	// Per limiter (rate, still, conc) and user: decisions, and those by
+	// policy, with their errors.
+	decided, byPolicy [3][]atomic.Int64
+	mu                sync.Mutex
+	errs              map[[2]int]map[string]int
 
-	mu      sync.Mutex
-	reasons map[string]int // the errors of decisions by policy on moving slots
+	refundsFailed atomic.Int64
+	firstRefund   atomic.Value // error
 }
 
-func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
+func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{InMemory: true, Args: []string{
 		"--cluster-node-timeout", "1000",
 		"--cluster-require-full-coverage", "no",
@@ -103,7 +105,7 @@ func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
 			t.Fatalf("slot %d is on %s, not on %s with slot 0", s, owners[s], from.Addr)
 		}
 	}
-	m := &migration{t: t, cl: cl, tag: tag, moving: map[int]bool{}, reasons: map[string]int{}}
+	m := &migration{t: t, cl: cl, tag: tag, moving: map[int]bool{}, errs: map[[2]int]map[string]int{}}
 	for i := range 200 {
 		m.users = append(m.users, "u"+strconv.Itoa(i))
 	}
@@ -112,6 +114,10 @@ func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
 		m.refunded[i] = make([]atomic.Int64, len(m.users))
 		m.unsure[i] = make([]atomic.Int64, len(m.users))
 		m.unsureRefunds[i] = make([]atomic.Int64, len(m.users))
+	}
+	for i := range m.decided {
+		m.decided[i] = make([]atomic.Int64, len(m.users))
+		m.byPolicy[i] = make([]atomic.Int64, len(m.users))
 	}
 	// Under TagLimiter, a limiter's keys share its name's slot: rate and
 	// conc on slots that move, still on one that does not, on the same
@@ -149,7 +155,8 @@ func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
 	}
 
 	// The slots that move: by hand, those of [0, movingSlots) that hold
-	// a key of the load; by reshard, the first movingSlots.
+	// a key of the load; by reshard, the first movingSlots; by rebalance,
+	// those it gives another master, known once it is done.
 	var held []int
 	for _, lim := range []*floodgate.Limiter{m.rate, m.still, m.conc} {
 		for _, u := range m.users {
@@ -161,11 +168,14 @@ func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
 			}
 		}
 	}
-	if reshard {
+	if how != "by-hand" {
+		clear(m.moving)
+		held = nil
+	}
+	if how == "reshard" {
 		for s := range movingSlots {
 			m.moving[s] = true
 		}
-		held = nil
 	}
 
 	stop := make(chan struct{})
@@ -175,9 +185,15 @@ func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
 	}
 	time.Sleep(time.Second)
 	start := time.Now()
-	if reshard {
+	switch how {
+	case "reshard":
 		cl.Reshard(t, from, to, movingSlots)
-	} else {
+	case "add-node+rebalance":
+		// The new master's weight gives it about 600 slots, 200 of
+		// each master's.
+		n := cl.AddMaster(t)
+		cl.Rebalance(t, n.ID()+"=0.12")
+	default:
 		var ms []*redistest.Migration
 		for _, s := range held {
 			ms = append(ms, cl.BeginMigration(t, s, from, to))
@@ -193,21 +209,40 @@ func slotMigration(t *testing.T, tag redis.HashTag, reshard bool) {
 	wg.Wait()
 
 	after := slotOwners(t, cl.Nodes[0])
-	for s := range m.moving {
-		if after[s] != to.Addr {
+	for s := range slotCount {
+		switch {
+		case how == "add-node+rebalance" && after[s] != owners[s]:
+			m.moving[s] = true
+		case m.moving[s] && after[s] != to.Addr:
 			t.Fatalf("slot %d is on %s after the migration, want %s", s, after[s], to.Addr)
 		}
 	}
+	var decisions, policy [2]int64 // [0] on slots that stay, [1] moving
+	stillErrs, movingErrs := map[string]int{}, map[string]int{}
+	for li, lim := range []*floodgate.Limiter{m.rate, m.still, m.conc} {
+		for u, user := range m.users {
+			mv := m.isMoving(lim, user)
+			decisions[mv] += m.decided[li][u].Load()
+			policy[mv] += m.byPolicy[li][u].Load()
+			for msg, n := range m.errs[[2]int{li, u}] {
+				if mv == 1 {
+					movingErrs[msg] += n
+				} else {
+					stillErrs[msg] += n
+				}
+			}
+		}
+	}
 	t.Logf("%d slots moved in %v (%d held migrating by hand); decisions: %d on slots that stay, %d on moving slots, %d of them by policy",
-		len(m.moving), moved.Round(time.Millisecond), len(held), m.decisions[0].Load(), m.decisions[1].Load(), m.policy[1].Load())
-	if len(m.reasons) > 0 {
-		t.Logf("their errors: %v", m.reasons)
+		len(m.moving), moved.Round(time.Millisecond), len(held), decisions[0], decisions[1], policy[1])
+	if len(movingErrs) > 0 {
+		t.Logf("their errors: %v", movingErrs)
 	}
-	if n := m.policy[0].Load(); n != 0 {
-		t.Errorf("%d decisions by policy on slots that do not move, want 0; first: %v", n, m.firstPolicyStill.Load())
+	if policy[0] != 0 {
+		t.Errorf("%d decisions by policy on slots that do not move, want 0; their errors: %v", policy[0], stillErrs)
 	}
-	if m.decisions[0].Load() == 0 || m.decisions[1].Load() == 0 {
-		t.Errorf("no load measured on one side: %d on slots that stay, %d on moving ones", m.decisions[0].Load(), m.decisions[1].Load())
+	if decisions[1] == 0 || how != "add-node+rebalance" && decisions[0] == 0 {
+		t.Errorf("no load measured on one side: %d on slots that stay, %d on moving ones", decisions[0], decisions[1])
 	}
 	if n := m.refundsFailed.Load(); n != 0 {
 		t.Errorf("%d refunds failed, want 0; first: %v", n, m.firstRefund.Load())
@@ -302,7 +337,7 @@ func (m *migration) work(seed uint64, stop chan struct{}) {
 			m.t.Error(err)
 			return
 		}
-		m.count(lim, m.users[u], o.Decision)
+		m.count(li, u, o.Decision)
 		if o.Reason == floodgate.ReasonStore {
 			// Its call may have run past its deadline, or charged a
 			// slot whose compensation failed.
@@ -325,7 +360,7 @@ func (m *migration) work(seed uint64, stop chan struct{}) {
 			m.t.Error(err)
 			return
 		}
-		m.count(m.conc, m.users[u], lease.Decision)
+		m.count(2, u, lease.Decision)
 		if lease.Reason == floodgate.ReasonStore {
 			m.leaseUnsure.Add(1)
 		}
@@ -338,20 +373,20 @@ func (m *migration) work(seed uint64, stop chan struct{}) {
 	}
 }
 
-// count records a decision, on slots that move or stay.
-func (m *migration) count(lim *floodgate.Limiter, user string, d floodgate.Decision) {
-	mv := m.isMoving(lim, user)
-	m.decisions[mv].Add(1)
-	if d.Reason == floodgate.ReasonStore {
-		m.policy[mv].Add(1)
-		if mv == 0 {
-			m.firstPolicyStill.CompareAndSwap(nil, fmt.Errorf("%s %s: %w", lim.Name(), user, d.Err))
-		} else {
-			m.mu.Lock()
-			m.reasons[reasonOf(d.Err)]++
-			m.mu.Unlock()
-		}
+// count records a decision of limiter li (rate, still, conc) for user u.
+func (m *migration) count(li, u int, d floodgate.Decision) {
+	m.decided[li][u].Add(1)
+	if d.Reason != floodgate.ReasonStore {
+		return
 	}
+	m.byPolicy[li][u].Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := [2]int{li, u}
+	if m.errs[k] == nil {
+		m.errs[k] = map[string]int{}
+	}
+	m.errs[k][reasonOf(d.Err)]++
 }
 
 // reasonOf is err's message up to its first digit (slots and addresses
