@@ -124,3 +124,23 @@ func (c *Cluster) Rebalance(t testing.TB, weights ...string) string {
 	}
 	return string(out)
 }
+
+// Masters returns the Cluster's nodes, replicas included, that are masters
+// now (ROLE), as after a failover.
+func (c *Cluster) Masters(t testing.TB) []*Server {
+	t.Helper()
+	var out []*Server
+	for _, n := range c.Nodes {
+		out = append(out, n)
+	}
+	for _, reps := range c.Replicas {
+		out = append(out, reps...)
+	}
+	masters := out[:0]
+	for _, n := range out {
+		if role, err := n.Do("ROLE"); err == nil && strings.HasPrefix(role, "master") {
+			masters = append(masters, n)
+		}
+	}
+	return masters
+}
