@@ -35,8 +35,9 @@ const migrationDeadline = time.Second
 // under concurrent load, with the default hash tag and with TagLimiter:
 // held migrating by hand (CLUSTER SETSLOT ... IMPORTING and MIGRATING for
 // 2s, then the keys moved with MIGRATE and the slots given to the target),
-// by redis-cli --cluster reshard, and by redis-cli --cluster add-node and
-// rebalance onto a fourth master (about 600 slots). The load is a fail-closed limiter of
+// by redis-cli --cluster reshard, by redis-cli --cluster add-node and
+// rebalance onto a fourth master (about 600 slots), and by CLUSTER
+// FAILOVER of a master's replica (its slots move with it). The load is a fail-closed limiter of
 // a per-user fixed window, a per-tenant token bucket, a global
 // clock-aligned window and a per-user ledger (every fourth admission
 // refunded), a second such limiter, and a concurrency limiter whose every
@@ -48,7 +49,7 @@ const migrationDeadline = time.Second
 // how many decisions on the moving slots still reached the policy.
 func TestClusterSlotMigration(t *testing.T) {
 	for _, tag := range []redis.HashTag{redis.TagRule, redis.TagLimiter} {
-		for _, how := range []string{"by-hand", "reshard", "add-node+rebalance"} {
+		for _, how := range []string{"by-hand", "reshard", "add-node+rebalance", "cluster-failover"} {
 			t.Run(tag.String()+"/"+how, func(t *testing.T) { slotMigration(t, tag, how) })
 		}
 	}
@@ -83,10 +84,14 @@ type migration struct {
 }
 
 func slotMigration(t *testing.T, tag redis.HashTag, how string) {
-	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{InMemory: true, Args: []string{
+	co := redistest.ClusterOptions{InMemory: true, Args: []string{
 		"--cluster-node-timeout", "1000",
 		"--cluster-require-full-coverage", "no",
-	}})
+	}}
+	if how == "cluster-failover" {
+		co.Replicas = 1
+	}
+	cl := redistest.StartClusterWith(t, co)
 	owners := slotOwners(t, cl.Nodes[0])
 	var from, to *redistest.Server
 	for _, n := range cl.Nodes {
@@ -188,6 +193,24 @@ func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 	switch how {
 	case "reshard":
 		cl.Reshard(t, from, to, movingSlots)
+	case "cluster-failover":
+		// The replica of slot 0's master takes over (CLUSTER FAILOVER:
+		// the master pauses its clients until the replica has caught up).
+		var heir *redistest.Server
+		for i, n := range cl.Nodes {
+			if n == from {
+				heir = cl.Replicas[i][0]
+			}
+		}
+		heir.MustDo("CLUSTER", "FAILOVER")
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if role, _ := heir.Do("ROLE"); strings.HasPrefix(role, "master") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the replica did not take over within 10s of CLUSTER FAILOVER")
+			}
+		}
 	case "add-node+rebalance":
 		// The new master's weight gives it about 600 slots, 200 of
 		// each master's.
@@ -211,7 +234,7 @@ func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 	after := slotOwners(t, cl.Nodes[0])
 	for s := range slotCount {
 		switch {
-		case how == "add-node+rebalance" && after[s] != owners[s]:
+		case (how == "add-node+rebalance" || how == "cluster-failover") && after[s] != owners[s]:
 			m.moving[s] = true
 		case m.moving[s] && after[s] != to.Addr:
 			t.Fatalf("slot %d is on %s after the migration, want %s", s, after[s], to.Addr)
@@ -241,7 +264,7 @@ func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 	if policy[0] != 0 {
 		t.Errorf("%d decisions by policy on slots that do not move, want 0; their errors: %v", policy[0], stillErrs)
 	}
-	if decisions[1] == 0 || how != "add-node+rebalance" && decisions[0] == 0 {
+	if decisions[1] == 0 || how == "by-hand" && decisions[0] == 0 {
 		t.Errorf("no load measured on one side: %d on slots that stay, %d on moving ones", decisions[0], decisions[1])
 	}
 	if n := m.refundsFailed.Load(); n != 0 {
@@ -419,7 +442,7 @@ func (m *migration) key(limiter, rule, key, sfx string) string {
 
 // find returns key's value on the master holding it, "" if none does.
 func (m *migration) find(args ...string) string {
-	for _, n := range m.cl.Nodes {
+	for _, n := range m.cl.Masters(m.t) {
 		if v, err := n.Do(args...); err == nil && v != "" {
 			return v
 		}
@@ -468,7 +491,7 @@ func (m *migration) checkLeases(name string) {
 // checkTTLs requires every key on every master to have a TTL.
 func checkTTLs(t *testing.T, cl *redistest.Cluster) {
 	t.Helper()
-	for _, n := range cl.Nodes {
+	for _, n := range cl.Masters(t) {
 		cursor := "0"
 		for {
 			out := strings.Split(n.MustDo("SCAN", cursor, "COUNT", "1000"), "\n")
