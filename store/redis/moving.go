@@ -174,10 +174,15 @@ func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int
 		}
 		if mode == int(store.Refund) {
 			fresh, err := s.markSpent(ctx, b, g)
+			switch {
+			case err != nil:
+				g.c.err = err // sent again if it is a refusal
+			case !fresh:
+				// Spent already: nothing to give back, and the reply
+				// the script gives a spent ticket.
+				g.c.err, g.c.reply = nil, make([]int64, 2+replyPerOp*len(g.idx))
+			}
 			if err != nil || !fresh {
-				// Spent already: nothing more to give back, as the
-				// script answers a spent ticket.
-				g.c.err, g.c.reply = err, make([]int64, 2+replyPerOp*len(g.idx))
 				out = append(out, g)
 				continue
 			}
