@@ -53,3 +53,73 @@ func TestClusterReleaseOnMigratingSlot(t *testing.T) {
 	}
 	mg.Finish()
 }
+
+// TestClusterRefundOnMigratingSlot refunds a ticket, twice, and takes a
+// concurrency key's first lease while their slots are held migrating with
+// no key moved: every call of several keys that includes a key yet to be
+// made (the refund's spent-ticket record, a new lease state) is refused
+// (TRYAGAIN) for as long as the slot migrates, so the store takes them
+// apart. The refund gives its unit back once, the lease is taken, and
+// every key written has a TTL.
+func TestClusterRefundOnMigratingSlot(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	owners := slotOwners(t, cl.Nodes[0])
+	st := serverStore(t, cl.Addrs(), true, nil)
+	opts := &floodgate.Options{Timeout: time.Second, FailurePolicy: floodgate.FailClosed}
+	rate, err := floodgate.New("ref", st, []floodgate.Rule{
+		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour, Key: []string{"user"}},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conc, err := floodgate.New("lease", st, []floodgate.Rule{
+		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"user"}},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	attrs := floodgate.Attributes{"user": "u"}
+	first := must(rate.Decide(ctx, floodgate.ModeConsume, attrs, 1))
+	if !first.Allowed || !rate.Allow(ctx, attrs).Allowed {
+		t.Fatal("the first two decisions were not both admitted")
+	}
+	var migrations []*redistest.Migration
+	for _, key := range []string{"{ref/r:u}", "{lease/inflight:u}"} {
+		slot, _ := strconv.Atoi(cl.Nodes[0].MustDo("CLUSTER", "KEYSLOT", key))
+		var from, to *redistest.Server
+		for _, n := range cl.Nodes {
+			if n.Addr == owners[slot] {
+				from = n
+			} else {
+				to = n
+			}
+		}
+		migrations = append(migrations, cl.BeginMigration(t, slot, from, to))
+	}
+	for i := range 2 {
+		if err := rate.Refund(ctx, first.Ticket()); err != nil {
+			t.Errorf("refund %d on a migrating slot: %v", i+1, err)
+		}
+	}
+	if d := rate.Allow(ctx, attrs); !d.Allowed || d.Reason != floodgate.ReasonNone {
+		t.Errorf("after the refund: %+v, want admitted (one unit given back)", d)
+	}
+	if d := rate.Allow(ctx, attrs); d.Allowed || d.Reason != floodgate.ReasonLimit {
+		t.Errorf("after the refund and one admission: %+v, want denied (the refund repeated gave nothing)", d)
+	}
+	lease := must(conc.Decide(ctx, floodgate.ModeConsume, attrs, 1))
+	if !lease.Allowed || lease.Reason != floodgate.ReasonNone {
+		t.Errorf("a new key's first lease on a migrating slot: %+v", lease.Decision)
+	}
+	if d := conc.Allow(ctx, attrs); d.Allowed || d.Reason != floodgate.ReasonLimit {
+		t.Errorf("a second lease over the limit of 1: %+v, want denied", d)
+	}
+	if err := conc.Refund(ctx, lease.Ticket()); err != nil {
+		t.Errorf("release on a migrating slot: %v", err)
+	}
+	for _, mg := range migrations {
+		mg.Finish()
+	}
+	checkTTLs(t, cl)
+}
