@@ -76,19 +76,14 @@ func refusedTryAgain(err error) bool {
 // no time for another wait, and returns the groups, with those of several
 // keys taken apart (see apart).
 func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) []*group {
+	if !anyRefused(gs) {
+		return gs
+	}
 	end, ok := ctx.Deadline()
 	if !ok {
 		end = time.Now().Add(movingNoDeadline)
 	}
-	wait := movingFirstWait
-	for {
-		refused := false
-		for _, g := range gs {
-			refused = refused || moving(g.c.err)
-		}
-		if !refused || time.Until(end) < wait {
-			return gs
-		}
+	for wait := movingFirstWait; anyRefused(gs) && time.Until(end) >= wait; wait = min(2*wait, movingMaxWait) {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -96,7 +91,6 @@ func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode in
 			return gs
 		case <-t.C:
 		}
-		wait = min(2*wait, movingMaxWait)
 		for _, g := range gs {
 			g.waited = g.waited || moving(g.c.err)
 		}
@@ -112,6 +106,18 @@ func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode in
 			s.run.run(ctx, calls)
 		}
 	}
+	return gs
+}
+
+// anyRefused reports whether a group of gs was refused without running
+// (see moving).
+func anyRefused(gs []*group) bool {
+	for _, g := range gs {
+		if moving(g.c.err) {
+			return true
+		}
+	}
+	return false
 }
 
 // primeScript creates a concurrency rule key's lease state (a hash, with
