@@ -145,8 +145,8 @@ func (s *Server) start() error {
 		default:
 		}
 		r, err := s.Do("PING")
-		if err == nil && r == "PONG" || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
-			return nil // NOAUTH: up, with a password
+		if err == nil && r == "PONG" || err != nil && (strings.HasPrefix(err.Error(), "NOAUTH") || strings.HasPrefix(err.Error(), "LOADING")) {
+			return nil // NOAUTH: up, with a password; LOADING: up, loading its dump
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -185,7 +185,9 @@ func (s *Server) signal(sig os.Signal) {
 }
 
 // Restart starts the server again on the same port, empty (no persistence,
-// no scripts loaded). The server must have been killed.
+// no scripts loaded) unless a SAVE left a dump in its directory, which it
+// then loads, answering LOADING meanwhile; Restart returns once it answers.
+// The server must have been killed.
 func (s *Server) Restart() {
 	s.t.Helper()
 	var err error
