@@ -2,7 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,4 +125,51 @@ func TestClusterRefundOnMigratingSlot(t *testing.T) {
 		mg.Finish()
 	}
 	checkTTLs(t, cl)
+}
+
+// TestLoadingNodeIsWaitedFor restarts Redis with a dump that takes about a
+// second to load, under a decision: Redis answers LOADING until it has loaded, and
+// the store sends the call again within its deadline, so the decision is
+// answered by the rule, not by the failure policy.
+func TestLoadingNodeIsWaitedFor(t *testing.T) {
+	// Loading sleeps 0.5 ms a key (a test setting of Redis's), and
+	// answers clients every 1 KB loaded: 2,000 keys take about a second.
+	srv := redistest.Start(t, "--enable-debug-command", "yes",
+		"--key-load-delay", "500", "--loading-process-events-interval-bytes", "1024")
+	st := serverStore(t, []string{srv.Addr}, false, nil)
+	lim, err := floodgate.New("load", st, []floodgate.Rule{
+		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Hour},
+	}, &floodgate.Options{Timeout: 10 * time.Second, FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d := lim.Allow(ctx, nil); !d.Allowed {
+		t.Fatalf("before the restart: %+v", d)
+	}
+	srv.MustDo("DEBUG", "POPULATE", "2000")
+	srv.MustDo("SAVE")
+	srv.Kill()
+	srv.Restart()
+	_, loading := srv.Do("PING")
+	start := time.Now()
+	// The store's connections to the killed server are found dead only
+	// when written to: a decision or two fail so (EOF), before any
+	// reaches the restarted one.
+	var d floodgate.Decision
+	for range 4 {
+		if d = lim.Allow(ctx, nil); d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, io.EOF) {
+			break
+		}
+	}
+	t.Logf("answered %v after the restart; PING at the restart: %v", time.Since(start).Round(time.Millisecond), loading)
+	if loading == nil || !strings.HasPrefix(loading.Error(), "LOADING") {
+		t.Fatalf("Redis was not loading when the decision was made (PING: %v)", loading)
+	}
+	if _, err := srv.Do("PING"); err != nil {
+		t.Errorf("Redis answers PING with %v once the decision is answered, want it loaded", err)
+	}
+	if !d.Allowed || d.Reason != floodgate.ReasonNone || d.Remaining != 8 {
+		t.Errorf("the decision while Redis loads: %+v, want admitted by the rule with 8 left", d)
+	}
 }
