@@ -52,12 +52,14 @@ func (m *Migration) MoveKeys(n int) int {
 	return len(keys)
 }
 
-// Finish moves the slot's remaining keys and gives the slot to the target
-// on the target, the source and every other master (CLUSTER SETSLOT ...
-// NODE), as redis-cli does.
+// Finish moves the slot's remaining keys, 10 per MIGRATE as redis-cli
+// does by default (the source answers no other client while a MIGRATE
+// waits for the target), and gives the slot to the target on the target,
+// the source and every other master (CLUSTER SETSLOT ... NODE), as
+// redis-cli does.
 func (m *Migration) Finish() {
 	m.t.Helper()
-	for m.MoveKeys(100) > 0 {
+	for m.MoveKeys(10) > 0 {
 	}
 	id, s := m.to.ID(), strconv.Itoa(m.slot)
 	m.to.MustDo("CLUSTER", "SETSLOT", s, "NODE", id)
