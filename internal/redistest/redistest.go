@@ -149,8 +149,8 @@ func (s *Server) start() error {
 		default:
 		}
 		r, err := s.Do("PING")
-		if err == nil && r == "PONG" || err != nil && strings.HasPrefix(err.Error(), "NOAUTH") {
-			return nil // NOAUTH: up, with a password
+		if err == nil && r == "PONG" || err != nil && (strings.HasPrefix(err.Error(), "NOAUTH") || strings.HasPrefix(err.Error(), "LOADING")) {
+			return nil // NOAUTH: up, with a password; LOADING: up, loading its dump
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -189,7 +189,9 @@ func (s *Server) signal(sig os.Signal) {
 }
 
 // Restart starts the server again on the same port, empty (no persistence,
-// no scripts loaded). The server must have been killed.
+// no scripts loaded) unless a SAVE left a dump in its directory, which it
+// then loads, answering LOADING meanwhile; Restart returns once it answers.
+// The server must have been killed.
 func (s *Server) Restart() {
 	s.t.Helper()
 	var err error
@@ -490,6 +492,8 @@ type Cluster struct {
 	Nodes []*Server
 	// Replicas[i] are the replicas of Nodes[i] (none for StartCluster).
 	Replicas [][]*Server
+
+	opts ClusterOptions // the nodes', for AddMaster
 }
 
 // Addrs returns the masters' addresses.
@@ -509,6 +513,22 @@ type ClusterOptions struct {
 	// with Redis's own defaults (a 15 s cluster-node-timeout and
 	// cluster-require-full-coverage yes among them).
 	Args []string
+	// InMemory keeps the nodes' files (nodes.conf, the log) on /dev/shm
+	// when the machine has it: a node writes and fsyncs nodes.conf on
+	// every CLUSTER SETSLOT, which on a busy disk stalls it for up to
+	// seconds, a cost of the machine and not of what a test measures.
+	InMemory bool
+}
+
+// memDir returns a directory on /dev/shm removed when t ends, or, without
+// /dev/shm, t.TempDir().
+func memDir(t testing.TB) string {
+	dir, err := os.MkdirTemp("/dev/shm", "redistest-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // StartCluster starts three Cluster-enabled masters without replicas, with
@@ -532,26 +552,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	requireBinaries(t)
 	var all []*Server
 	for range 3 * (1 + o.Replicas) {
-		var node *Server
-		var last error
-		for range 5 {
-			port := freePort(t, true)
-			s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: t.TempDir()}
-			s.extra = append([]string{
-				"--cluster-enabled", "yes",
-				"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
-			}, o.Args...)
-			if last = s.start(); last == nil {
-				node = s
-				break
-			}
-		}
-		if node == nil {
-			t.Fatalf("redistest: cannot start cluster node: %v", last)
-		}
-		t.Cleanup(node.Kill)
-		t.Cleanup(node.checkTTLs)
-		all = append(all, node)
+		all = append(all, startClusterNode(t, o))
 	}
 	args := []string{"--cluster", "create"}
 	for _, n := range all {
@@ -586,6 +587,7 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 	var c *Cluster
 	wait(all[0], "aware of every role", func() bool {
 		c = roles(all[0].MustDo("CLUSTER", "NODES"), byAddr)
+		c.opts = o
 		if len(c.Nodes) != 3 {
 			return false
 		}
@@ -605,6 +607,32 @@ func StartClusterWith(t testing.TB, o ClusterOptions) *Cluster {
 		}
 	}
 	return c
+}
+
+// startClusterNode starts a Cluster-enabled node, not yet in a Cluster,
+// run with o's arguments, and stops it when t ends.
+func startClusterNode(t testing.TB, o ClusterOptions) *Server {
+	t.Helper()
+	var last error
+	for range 5 {
+		port := freePort(t, true)
+		dir := t.TempDir()
+		if o.InMemory {
+			dir = memDir(t)
+		}
+		s := &Server{t: t, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
+		s.extra = append([]string{
+			"--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+		}, o.Args...)
+		if last = s.start(); last == nil {
+			t.Cleanup(s.Kill)
+			t.Cleanup(s.checkTTLs)
+			return s
+		}
+	}
+	t.Fatalf("redistest: cannot start cluster node: %v", last)
+	return nil
 }
 
 // roles reads the masters (the nodes serving slots) and their replicas from

@@ -85,6 +85,33 @@
 // not for per-user limiters with millions of keys; the option covers every
 // limiter of a store, so such limiters can use a second store.
 //
+// # Moving slots
+//
+// While a slot migrates between masters (redis-cli --cluster reshard or
+// rebalance, CLUSTER SETSLOT by hand) and while a node loads its data set,
+// Redis refuses some calls before running them: TRYAGAIN (a call of several
+// keys that are not all on one of the slot's two nodes), LOADING, and the
+// ASK and MOVED redirects rueidis follows itself. Such a call did not run,
+// so the store sends it again after a short wait (1 ms, doubling to 16 ms)
+// while its deadline leaves time, and the node's breaker takes no verdict
+// from it. A call of several keys refused with TRYAGAIN is taken apart, one
+// call per op, since keys a call would create exist on neither node for as
+// long as the slot migrates: a consume is then checked and charged per op
+// and compensated as across slots (the bound above holds), a refund first
+// records its ticket spent (SET NX) and gives back per op, and a
+// concurrency op whose two keys exist on neither node has them made first,
+// each alone, meaning no lease. See docs/redis.md.
+//
+// # Sentinel
+//
+// In a Sentinel failover the sentinels announce the new master about a
+// second after promoting it; until then the old master, when it is up,
+// takes writes it then discards. The store listens to every sentinel and,
+// when one starts promoting a replica of its master, pauses the old
+// master's writes (CLIENT PAUSE ... WRITE) until the switch, so those
+// decisions follow the failure policy instead of losing their charges.
+// Sentinel.NoFailoverPause turns this off.
+//
 // # Failure
 //
 // A Store is a remote store: the limiter gives each call its deadline and

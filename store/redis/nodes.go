@@ -123,8 +123,12 @@ func (n *nodes) record(ctx context.Context, g *group, now int64) {
 		n.refreshSoon()
 		return
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		nd.br.Abandon() // the caller gave up: no verdict on the node
+	if errors.Is(ctx.Err(), context.Canceled) || g.waited || moving(g.c.err) {
+		// The caller gave up, or the node refused the call for a slot
+		// that is migrating or data it is loading (and the deadline may
+		// have passed while the store waited to send it again): no
+		// verdict on the node, which answered.
+		nd.br.Abandon()
 		return
 	}
 	if nd.br.Failure(now) {

@@ -129,4 +129,11 @@ type Sentinel struct {
 	// master: use Options.Username and Options.Password for that).
 	Username string
 	Password string
+	// NoFailoverPause, when true, keeps the store from pausing the old
+	// master's writes (CLIENT PAUSE ... WRITE, 3s) when a sentinel
+	// starts promoting a replica of it. The pause keeps the charges made
+	// until the sentinels announce the new master, about a second, from
+	// being written to the old master and lost; meanwhile decisions
+	// follow the failure policy. See docs/redis.md.
+	NoFailoverPause bool
 }

@@ -24,7 +24,8 @@ type Store struct {
 	prefix    string
 	tag       HashTag
 	batchTime bool
-	nodes     *nodes // per-master breakers, in Cluster
+	nodes     *nodes         // per-master breakers, in Cluster
+	guard     *failoverGuard // pauses an old Sentinel master's writes (see sentinel.go)
 	logger    *slog.Logger
 }
 
@@ -50,6 +51,9 @@ func New(opts *Options) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
+	if sn := opts.Sentinel; sn != nil && !sn.NoFailoverPause {
+		s.guard = startFailoverGuard(c, sn, opts.TLS, s.logger)
+	}
 	return s, nil
 }
 
@@ -163,6 +167,9 @@ func (s *Store) Close() error {
 	if s.nodes != nil {
 		s.nodes.close()
 	}
+	if s.guard != nil {
+		s.guard.close()
+	}
 	if s.owned {
 		s.c.Close()
 	}
@@ -188,8 +195,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	if b.Mode == store.Refund && leasesOnly(b) {
 		mode = modeCompensate // idempotent: no spent-ticket record (see store.Refund)
 	}
-	gs := s.groups(b)
-	err := s.exec(ctx, b, gs, mode, now, ref, nil)
+	gs, err := s.exec(ctx, b, s.groups(b), mode, now, ref, nil)
 	if err == nil {
 		b.Allowed = b.Mode == store.Consume
 		for _, g := range gs {
@@ -234,6 +240,17 @@ type group struct {
 	slot    uint16
 	node    *node // the slot's master, in Cluster once known
 	refused bool  // by the master's open breaker: the call did not go out
+	part    bool  // one op of a group taken apart on a migrating slot (see apart)
+	waited  bool  // refused for a migrating slot or a loading node, sent again (see settle)
+}
+
+// mode is the script mode g's call runs in: a refund's part is a
+// compensation, its ticket recorded spent already (see apart).
+func (g *group) mode(m int) int {
+	if g.part && m == int(store.Refund) {
+		return modeCompensate
+	}
+	return m
 }
 
 // groups splits b's ops by Cluster slot, in order of first appearance;
@@ -263,12 +280,15 @@ func (s *Store) groups(b *store.Batch) []*group {
 
 // exec builds and runs the groups' calls, together. A group whose script
 // could not find the calendar window holding the server's time is run
-// again with windows computed around that time, and one whose connection
-// broke is sent once more (see retryable). In Cluster, a group whose
-// master's breaker is open is not sent, and every failure is a
-// *store.ConfinedError (see nodes). The first error is returned; groups
-// that succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) error {
+// again with windows computed around that time, one whose connection
+// broke is sent once more (see retryable), and one Redis refused because
+// its slot is migrating or its node loading is sent again within the
+// deadline, taken apart if it has several keys (see settle). In Cluster, a
+// group whose master's breaker is open is not sent, and every failure is a
+// *store.ConfinedError (see nodes). It returns the groups (with those
+// taken apart replaced by their parts) and the first error; groups that
+// succeeded keep their replies.
+func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) ([]*group, error) {
 	var local int64 // the breakers' clock, read only in Cluster
 	if s.nodes != nil {
 		local = s.localNow(b)
@@ -280,7 +300,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 			g.refused = true
 			continue
 		}
-		s.build(&g.c, b, g.idx, mode, now, ref, stamps)
+		s.build(&g.c, b, g.idx, g.mode(mode), now, ref, stamps)
 		calls = append(calls, &g.c)
 	}
 	if len(calls) > 0 {
@@ -291,7 +311,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 		switch {
 		case g.refused:
 		case g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1:
-			s.build(&g.c, b, g.idx, mode, now, g.c.reply[1], stamps)
+			s.build(&g.c, b, g.idx, g.mode(mode), now, g.c.reply[1], stamps)
 			calls = append(calls, &g.c)
 		case mode != modeCompensate && retryable(ctx, g.c.err):
 			calls = append(calls, &g.c)
@@ -300,6 +320,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 	if len(calls) > 0 {
 		s.run.run(ctx, calls)
 	}
+	gs = s.settle(ctx, b, gs, mode, now, ref, stamps)
 	var first error
 	for _, g := range gs {
 		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
@@ -315,7 +336,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 			}
 		}
 	}
-	return first
+	return gs, first
 }
 
 // results copies a group's reply into its ops. With statusOnly, only the
@@ -355,7 +376,7 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 		if g.c.err != nil || g.c.reply[0] != 1 {
 			continue
 		}
-		cg := &group{}
+		cg := &group{slot: g.slot}
 		r := g.c.reply[2:]
 		for j, i := range g.idx {
 			if v := r[j*replyPerOp : (j+1)*replyPerOp]; v[replyStatus] == statusCharged {
@@ -374,7 +395,8 @@ func (s *Store) compensate(ctx context.Context, b *store.Batch, gs []*group, now
 	// passed, or units stay charged for a denied decision.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := s.exec(cctx, b, back, modeCompensate, now, ref, stamps); err != nil {
+	back, err := s.exec(cctx, b, back, modeCompensate, now, ref, stamps)
+	if err != nil {
 		s.logger.Warn("floodgate/redis: cross-slot compensation failed; units stay charged until their windows pass", "err", err)
 	}
 	for _, g := range back {

@@ -7,10 +7,19 @@
 local leases = {inplace = true, keys = 2}
 ALG.concurrency = leases
 
+-- A call never touches a key it has emptied: on a Cluster slot being
+-- migrated, Redis refuses a script's command on a key the node does not
+-- hold, mid-script. So the last lease to go takes both keys with it at
+-- once (gone), and the lease set is not read again.
 function leases.load(op)
   local v = redis.call('HGET', op.key, 'n')
   if v then op.a, op.exists = tonumber(v), true end
-  op.live = true
+  op.live, op.gone = true, false
+end
+
+local function gone(op)
+  leases.forget(op)
+  op.a, op.exists, op.dirty, op.gone = 0, false, false, true
 end
 
 -- slots reads the slots of the leases ids, in chunks that fit Lua's stack.
@@ -41,6 +50,10 @@ end
 function leases.normalize(op)
   local ids = redis.call('ZRANGEBYSCORE', op.lkey, '-inf', now)
   if #ids == 0 then return true end
+  if redis.call('ZCARD', op.lkey) == #ids then
+    gone(op)
+    return true
+  end
   local removed = 0
   for _, n in ipairs(slots(op.key, ids)) do removed = removed + n end
   redis.call('ZREMRANGEBYSCORE', op.lkey, '-inf', now)
@@ -75,13 +88,14 @@ end
 function leases.take(op, n)
   redis.call('ZADD', op.lkey, now + op.window, op.ticket)
   redis.call('HSET', op.key, op.ticket, n)
-  op.a, op.dirty = addc(op.a, n), true
+  op.a, op.dirty, op.gone = addc(op.a, n), true, false
   return 0
 end
 
 function leases.give(op)
   local held = redis.call('HGET', op.key, op.ticket)
   if held then
+    if redis.call('ZCARD', op.lkey) == 1 then return gone(op) end
     redis.call('ZREM', op.lkey, op.ticket)
     redis.call('HDEL', op.key, op.ticket)
     unheld(op, tonumber(held))
@@ -90,6 +104,7 @@ function leases.give(op)
 end
 
 function leases.status(op)
+  if op.gone then return op.limit, 0 end
   local reset = 0
   local last = redis.call('ZRANGE', op.lkey, -1, -1, 'WITHSCORES')
   if #last == 2 then reset = tonumber(last[2]) - now end

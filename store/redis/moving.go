@@ -1,0 +1,216 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/algo"
+	"github.com/floodgate-go/floodgate/store"
+	"github.com/redis/rueidis"
+)
+
+// A Cluster slot being migrated from one master to another (redis-cli
+// --cluster reshard or rebalance, or CLUSTER SETSLOT by hand) and a node
+// still loading its data set after a restart refuse some calls before they
+// run anything:
+//
+//   - TRYAGAIN: a call of several keys on a migrating slot whose keys are
+//     not all on one of the two nodes. A key the call would create (a new
+//     user's window, a refund's spent-ticket record) is on neither, so such
+//     a call is refused for as long as the slot migrates, seconds or more;
+//     keys that exist are refused only while a migration has moved some of
+//     them and not the others (between two MIGRATE commands).
+//   - LOADING: the node is loading its data set.
+//   - ASK and MOVED: redirects, which rueidis follows itself until the
+//     deadline; one reaches the store only if it gave up.
+//
+// Redis decides these in processCommand, before a script's first
+// command, so the script did not run and nothing was charged: a refused
+// call can be sent again, however often, without charging twice. (A
+// script that fails once it runs answers an ERR reply, never one of
+// these.) Such a refusal says the node is up, so it is never counted
+// against the node's breaker.
+//
+// The store sends a refused call again after a short wait, doubling from
+// movingFirstWait to movingMaxWait, while the call's deadline leaves time.
+// A refused call of several keys is first taken apart (see apart), so that
+// each part's keys are one op's and it is refused only while a migration
+// has moved some of that op's keys and not the others.
+
+// The waits before a refused call is sent again.
+const (
+	movingFirstWait = time.Millisecond
+	movingMaxWait   = 16 * time.Millisecond
+)
+
+// movingNoDeadline bounds the waits of a call whose context has no
+// deadline.
+const movingNoDeadline = time.Second
+
+// moving reports whether err is a reply by which Redis refused a call
+// before running it, because its slot is migrating or its node is loading.
+func moving(err error) bool {
+	var se *serverError
+	if !errors.As(err, &se) {
+		return false
+	}
+	for _, p := range [...]string{"TRYAGAIN", "LOADING", "ASK ", "MOVED "} {
+		if strings.HasPrefix(se.msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusedTryAgain reports whether err is a TRYAGAIN reply.
+func refusedTryAgain(err error) bool {
+	var se *serverError
+	return errors.As(err, &se) && strings.HasPrefix(se.msg, "TRYAGAIN")
+}
+
+// settle sends again, after a wait, the calls of gs that Redis refused
+// without running them (see moving), until they are answered or ctx leaves
+// no time for another wait, and returns the groups, with those of several
+// keys taken apart (see apart).
+func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) []*group {
+	if !anyRefused(gs) {
+		return gs
+	}
+	end, ok := ctx.Deadline()
+	if !ok {
+		end = time.Now().Add(movingNoDeadline)
+	}
+	for wait := movingFirstWait; anyRefused(gs) && time.Until(end) >= wait; wait = min(2*wait, movingMaxWait) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return gs
+		case <-t.C:
+		}
+		for _, g := range gs {
+			g.waited = g.waited || moving(g.c.err)
+		}
+		gs = s.apart(ctx, b, gs, mode)
+		var calls []*call
+		for _, g := range gs {
+			if moving(g.c.err) {
+				s.build(&g.c, b, g.idx, g.mode(mode), now, ref, stamps)
+				calls = append(calls, &g.c)
+			}
+		}
+		if len(calls) > 0 {
+			s.run.run(ctx, calls)
+		}
+	}
+	return gs
+}
+
+// anyRefused reports whether a group of gs was refused without running
+// (see moving).
+func anyRefused(gs []*group) bool {
+	for _, g := range gs {
+		if moving(g.c.err) {
+			return true
+		}
+	}
+	return false
+}
+
+// primeScript creates a concurrency rule key's lease state (a hash, with
+// no lease: n=0) or lease set (a sorted set, with a placeholder lease
+// long lapsed, which the next call drops) when the key does not exist, with
+// a TTL of ARGV[2] ms. Both mean what no key means.
+var primeScript = rueidis.NewLuaScript(`if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[1] == 'hash' then redis.call('HSET', KEYS[1], 'n', 0) else redis.call('ZADD', KEYS[1], 0, '') end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+
+// prime makes a call of one concurrency op on a migrating slot possible
+// when neither of the op's two keys exists: Redis refuses (TRYAGAIN) a call
+// of several keys that are on neither node for as long as the slot
+// migrates. Each key is created alone, by a call of one key, which Redis
+// sends to the node that holds the key or, on neither, to the slot's
+// target, where the op's call then finds both. Both keys mean what no key
+// means, so priming changes no decision. It is done each time the call is
+// refused, as another call may have released the last lease meanwhile,
+// which deletes both keys.
+func (s *Store) prime(ctx context.Context, b *store.Batch, g *group) {
+	op := &b.Ops[g.idx[0]]
+	if op.Params.Algorithm != store.Concurrency {
+		return
+	}
+	ms := max(1, op.Params.Window.Milliseconds())
+	if s.batchTime {
+		ms += 60000
+	}
+	key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
+	ttl := strconv.FormatInt(ms, 10)
+	for _, k := range [...][2]string{{key, "hash"}, {key + leaseSet, "set"}} {
+		if err := primeScript.Exec(ctx, s.c, []string{k[0]}, []string{k[1], ttl}).Error(); err != nil {
+			return // the op's call answers for it
+		}
+	}
+}
+
+// apart replaces each group of gs that was refused with TRYAGAIN and has
+// more than one key's op by one group per op, in the group's slot, as if
+// its ops lived in different slots: a consume is then checked and charged
+// per op and compensated when one denies (see Store.Apply), a refund gives
+// back per op. A refund's group first records its ticket spent (a key of
+// its own, see markSpent) and its parts run as compensations, which keep
+// no record; a ticket found spent is given back no more. A concurrency
+// op's two keys stay together: they are written together, so they are
+// refused only while a migration has moved one and not yet the other.
+func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int) []*group {
+	var out []*group
+	for _, g := range gs {
+		if !refusedTryAgain(g.c.err) {
+			out = append(out, g)
+			continue
+		}
+		if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
+			s.prime(ctx, b, g)
+			out = append(out, g)
+			continue
+		}
+		if mode == int(store.Refund) {
+			fresh, err := s.markSpent(ctx, b, g)
+			switch {
+			case err != nil:
+				g.c.err = err // sent again if it is a refusal
+			case !fresh:
+				// Spent already: nothing to give back, and the reply
+				// the script gives a spent ticket.
+				g.c.err, g.c.reply = nil, make([]int64, 2+replyPerOp*len(g.idx))
+			}
+			if err != nil || !fresh {
+				out = append(out, g)
+				continue
+			}
+		}
+		for _, i := range g.idx {
+			out = append(out, &group{idx: []int{i}, slot: g.slot, node: g.node, part: true, waited: true, c: call{err: g.c.err}})
+		}
+	}
+	return out
+}
+
+// markSpent records the ticket of a refund's group spent, as the script
+// does (the same key and lifetime), and reports whether it was not yet.
+func (s *Store) markSpent(ctx context.Context, b *store.Batch, g *group) (bool, error) {
+	var keep int64 // µs
+	for _, i := range g.idx {
+		keep = max(keep, algo.TicketLifetime(&b.Ops[i].Params))
+	}
+	ms := max(1, (keep+999)/1000)
+	if s.batchTime {
+		ms += 60000 // the script's slack for a test's clock
+	}
+	op := &b.Ops[g.idx[0]]
+	return s.r.setNX(ctx, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)), ms)
+}
