@@ -60,8 +60,7 @@ type node struct {
 // nodes are a Cluster store's per-master breakers.
 type nodes struct {
 	run      *rueidisRunner
-	failures int
-	cooldown time.Duration
+	tuning breaker.Options // each master's breaker's
 	logger   *slog.Logger
 
 	mu     sync.Mutex
@@ -74,7 +73,8 @@ type nodes struct {
 }
 
 func newNodes(run *rueidisRunner, o floodgate.BreakerOptions, logger *slog.Logger) *nodes {
-	return &nodes{run: run, failures: o.Failures, cooldown: o.Cooldown, logger: logger, byAddr: map[string]*node{}}
+	tuning := breaker.Options{Failures: o.Failures, Ratio: o.Ratio, Window: o.Window, Cooldown: o.Cooldown, MaxCooldown: o.MaxCooldown}
+	return &nodes{run: run, tuning: tuning, logger: logger, byAddr: map[string]*node{}}
 }
 
 // of returns the master of slot, or nil while it is not known.
@@ -91,7 +91,7 @@ func (n *nodes) get(addr string) *node {
 	defer n.mu.Unlock()
 	nd := n.byAddr[addr]
 	if nd == nil {
-		nd = &node{addr: addr, br: breaker.New(n.failures, n.cooldown)}
+		nd = &node{addr: addr, br: breaker.NewWith(n.tuning)}
 		nd.refused = &store.ConfinedError{Part: addr, Err: fmt.Errorf("redis: Cluster node %s: %w", addr, floodgate.ErrBreakerOpen)}
 		n.byAddr[addr] = nd
 	}

@@ -84,10 +84,10 @@ type Options struct {
 
 	// NodeBreaker tunes the circuit breaker each master of a Cluster has
 	// in the store (see the package documentation), as
-	// floodgate.BreakerOptions tune a limiter's: Failures and Cooldown,
-	// whose 0 values mean 5 failures (half a second's calls at least) and
-	// a 250ms first cooldown, growing to 1s. Outside Cluster the limiter's
-	// breaker alone guards the store.
+	// floodgate.BreakerOptions tune a limiter's (Failures, Ratio, Window,
+	// Cooldown and MaxCooldown, with the same defaults: at least 5
+	// failures and half of a second's calls, a 250ms first cooldown growing
+	// to 1s). Outside Cluster the limiter's breaker alone guards the store.
 	NodeBreaker floodgate.BreakerOptions
 
 	// Logger receives compensations that could not be applied and the
