@@ -7,6 +7,7 @@
 package clock
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 	_ "unsafe" // go:linkname of runtime.nanotime
@@ -60,27 +61,40 @@ func (c *Fast) Now() time.Time {
 // reading may be for the offset they give to be kept.
 const maxSkew = int64(50 * time.Microsecond)
 
+// resyncTries is how many wall-clock readings a re-read makes at most.
+const resyncTries = 8
+
 // resync re-reads the wall clock between two readings of the monotonic
 // clock, and again while they are more than maxSkew apart: a reader
 // descheduled between the two clocks would otherwise store an offset off
 // by however long it waited (tens of milliseconds on a loaded machine),
-// and every reading would be that far off until the next re-read. After a
-// few tries it keeps the midpoint, off by at most half the gap. Readers
-// racing here each store their own consistent offset; any of them is as
-// good as the others.
+// and every reading would be that far off until the next re-read. When
+// every try is interrupted, the offset there is stays and a later reader
+// tries again (the first re-read takes its best try). Readers racing here
+// each store their own consistent offset; any of them is as good as the
+// others.
 func (c *Fast) resync() time.Time {
 	wall := c.wall
 	if wall == nil {
 		wall = time.Now
 	}
-	for try := 1; ; try++ {
+	bestGap, bestOff := int64(math.MaxInt64), int64(0)
+	var bestNow time.Time
+	for range resyncTries {
 		before := nanotime()
 		now := wall()
 		after := nanotime()
-		if after-before <= maxSkew || try == 4 {
-			c.off.Store(now.UnixNano() - before/2 - after/2)
+		if gap := after - before; gap < bestGap {
+			bestGap, bestOff, bestNow = gap, now.UnixNano()-before/2-after/2, now
+		}
+		if bestGap <= maxSkew {
+			c.off.Store(bestOff)
 			c.sync.Store(after)
-			return now
+			return bestNow
 		}
 	}
+	if c.sync.Load() == 0 {
+		c.off.Store(bestOff) // no offset yet: the best there is, until a later re-read
+	}
+	return bestNow
 }

@@ -56,6 +56,23 @@ func TestFastClockResyncIgnoresAWait(t *testing.T) {
 	}
 }
 
+// A re-read whose every try is interrupted keeps the offset there is: a
+// bad one never replaces a good one.
+func TestFastClockKeepsItsOffsetWhenEveryTryWaits(t *testing.T) {
+	var c Fast
+	c.Now() // a good offset
+	c.wall = func() time.Time {
+		time.Sleep(2 * time.Millisecond)
+		return time.Now()
+	}
+	c.sync.Store(c.sync.Load() - fastResync) // a second has passed
+	c.Now()
+	c.wall = nil
+	if d := time.Until(c.Now()); d > 500*time.Microsecond || d < -500*time.Microsecond {
+		t.Fatalf("after a re-read whose every try waited, the clock is %v off", d)
+	}
+}
+
 // BenchmarkClock is what a reading costs against time.Now: the reason Fast
 // exists.
 func BenchmarkClock(b *testing.B) {
