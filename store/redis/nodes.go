@@ -59,9 +59,9 @@ type node struct {
 
 // nodes are a Cluster store's per-master breakers.
 type nodes struct {
-	run      *rueidisRunner
+	run    *rueidisRunner
 	tuning breaker.Options // each master's breaker's
-	logger   *slog.Logger
+	logger *slog.Logger
 
 	mu     sync.Mutex
 	byAddr map[string]*node

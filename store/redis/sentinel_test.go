@@ -14,6 +14,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -137,9 +138,10 @@ func plannedFailover(t *testing.T, args []string, noPause bool) {
 	// The old master becomes the new one's replica; every count is read
 	// from the new master.
 	var sum, counted int64
+	scope, _ := lim.StateScope("ledger")
 	for u := range users {
 		sum += admitted[u].Load()
-		if v, err := replica.Do("GET", "fg:{planned/ledger:u"+strconv.Itoa(u)+"}:fixed"); err == nil && v != "" {
+		if v, err := replica.Do("GET", s.StateKey(scope, "u"+strconv.Itoa(u), store.FixedWindow)); err == nil && v != "" {
 			counted += fixedCount(t, v)
 		}
 	}
