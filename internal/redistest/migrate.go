@@ -131,10 +131,7 @@ func (c *Cluster) Rebalance(t testing.TB, weights ...string) string {
 // now (ROLE), as after a failover.
 func (c *Cluster) Masters(t testing.TB) []*Server {
 	t.Helper()
-	var out []*Server
-	for _, n := range c.Nodes {
-		out = append(out, n)
-	}
+	out := append([]*Server(nil), c.Nodes...)
 	for _, reps := range c.Replicas {
 		out = append(out, reps...)
 	}
