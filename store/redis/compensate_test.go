@@ -37,7 +37,7 @@ func TestClusterCompensationUsesItsNode(t *testing.T) {
 	var user, onZero string
 	for i := 0; user == "" || onZero == ""; i++ {
 		u := "u" + strconv.Itoa(i)
-		a, b := slotOf("{comp/a:"+u+"}"), slotOf("{comp/b:"+u+"}")
+		a, b := slotOf("{comp/a@1h:"+u+"}"), slotOf("{comp/b@1h:"+u+"}")
 		if owners[a] != zero.Addr && owners[b] != zero.Addr && a != b && user == "" {
 			user = u
 		}
@@ -71,7 +71,7 @@ func TestClusterCompensationUsesItsNode(t *testing.T) {
 	if d := lim.Allow(ctx, attrs); d.Allowed || d.Reason != floodgate.ReasonLimit {
 		t.Fatalf("second decision: %+v, want denied by rule a", d)
 	}
-	key := "fg:{comp/b:" + user + "}:fixed"
+	key := "fg:{comp/b@1h:" + user + "}:fixed"
 	var got int64
 	for _, n := range cl.Nodes {
 		if v, err := n.Do("GET", key); err == nil && v != "" {

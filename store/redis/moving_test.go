@@ -88,7 +88,7 @@ func TestClusterRefundOnMigratingSlot(t *testing.T) {
 		t.Fatal("the first two decisions were not both admitted")
 	}
 	var migrations []*redistest.Migration
-	for _, key := range []string{"{ref/r:u}", "{lease/inflight:u}"} {
+	for _, key := range []string{"{ref/r@1h:u}", "{lease/inflight:u}"} {
 		slot, _ := strconv.Atoi(cl.Nodes[0].MustDo("CLUSTER", "KEYSLOT", key))
 		var from, to *redistest.Server
 		for _, n := range cl.Nodes {
