@@ -276,24 +276,13 @@ func checkAligned(t *testing.T, c *liveCase, ds []liveDecision) {
 		}
 	}
 	for end, in := range count {
-		if got, max := int64(len(in)), c.rule.Limit+refunded(in); got > max {
+		if got, max := int64(len(in)), c.rule.Limit+int64(len(refunds(in))); got > max {
 			t.Errorf("window ending %d: %d admitted, more than the limit %d and %d refunds", end, got, c.rule.Limit, max-c.rule.Limit)
 		}
 	}
 	if ambiguous > len(ds)/10 {
 		t.Errorf("%d admissions took longer than a window: too few to check", ambiguous)
 	}
-}
-
-// refunded counts the refunded decisions of ds.
-func refunded(ds []liveDecision) int64 {
-	var n int64
-	for _, d := range ds {
-		if d.refSent != 0 {
-			n++
-		}
-	}
-	return n
 }
 
 // checkFirstHit tells the windows apart by the ends the admissions name,
@@ -315,7 +304,7 @@ func checkFirstHit(t *testing.T, c *liveCase, ds []liveDecision) {
 			j++
 		}
 		in := adm[i:j]
-		if got, max := int64(len(in)), c.rule.Limit+refunded(in); got > max {
+		if got, max := int64(len(in)), c.rule.Limit+int64(len(refunds(in))); got > max {
 			t.Errorf("window ending near %d: %d admitted, more than the limit %d and %d refunds", first, got, c.rule.Limit, max-c.rule.Limit)
 		}
 		i = j
