@@ -74,14 +74,19 @@ func TestOneCallFixedWindowKeepsTTL(t *testing.T) {
 			consume := func() *store.Batch {
 				return &store.Batch{Mode: store.Consume, Cost: 1, Ticket: 1, Ops: []store.Op{op}}
 			}
-			check := func(when string) {
+			// r is a call's replies: an aligned window's counter is the key
+			// naming the window's start (the stamp, µs) in ms.
+			check := func(when string, r [][]int64) {
 				t.Helper()
+				key := key
+				if align != store.AlignFirstHit {
+					key += ":" + strconv.FormatInt(r[0][2+replyStamp]/1000, 10)
+				}
 				if got := pttl(t, srv, key); got <= 0 || got > window.Milliseconds() {
 					t.Fatalf("%s: PTTL %d ms, want within (0, %d]", when, got, window.Milliseconds())
 				}
 			}
-			sendTogether(t, s, consume(), consume())
-			check("fresh key")
+			check("fresh key", sendTogether(t, s, consume(), consume()))
 			// Wait for the stored window to pass on the server's clock;
 			// the key may still be there (its TTL is rounded up to the
 			// ms): the next call opens the next window. (PTTL reaching 0
@@ -95,7 +100,7 @@ func TestOneCallFixedWindowKeepsTTL(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			r := sendTogether(t, s, consume(), consume(), consume())
-			check("window turned")
+			check("window turned", r)
 			if got := r[2][2+replyRemaining]; got != 97 {
 				t.Fatalf("third consume of the new window: remaining %d, want 97", got)
 			}
@@ -143,5 +148,32 @@ func TestOneCallRefundKeepsTTL(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFixedWindowReplacesTextState: a first-hit window's key left by an
+// earlier build (text, "n=... start=... end=...") counts as absent, and the
+// next charge replaces it with the hash, expiring with the new window;
+// HMGET on it used to fail the decision (WRONGTYPE) until it expired.
+func TestFixedWindowReplacesTextState(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serverClockStore(t, srv)
+	op := store.Op{Scope: "upgrade/r@1m", Key: "user:1",
+		Params: store.Params{Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute}}
+	key := s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow])
+	srv.MustDo("SET", key, "n=9 start=1 end=2", "PX", "60000")
+	peek := sendTogether(t, s, &store.Batch{Mode: store.Peek, Cost: 1, Ops: []store.Op{op}})
+	if got := peek[0][2+replyRemaining]; got != 10 {
+		t.Fatalf("peek on the old state: remaining %d, want 10", got)
+	}
+	r := sendTogether(t, s, &store.Batch{Mode: store.Consume, Cost: 3, Ticket: 1, Ops: []store.Op{op}})
+	if r[0][0] != 1 || r[0][2+replyRemaining] != 7 {
+		t.Fatalf("consume of 3: %v, want admitted with 7 remaining", r[0])
+	}
+	if got := srv.MustDo("HGET", key, "n"); got != "3" {
+		t.Fatalf("HGET n: %q, want 3", got)
+	}
+	if got := pttl(t, srv, key); got <= 0 || got > 60000 {
+		t.Fatalf("PTTL %d ms, want within (0, 60000]", got)
 	}
 }

@@ -13,9 +13,9 @@
 -- atomically and independently of the others, exactly as alone: an array
 -- of integers, allowed and now, then per op status, retry, remaining,
 -- reset and stamp (status 0 refused, 1 admitted, 2 admitted and charged,
--- 3 never: the cost exceeds the limit); or {-1, now} when the calendar
--- window holding now was not among the boundaries passed in (nothing has
--- changed; the caller retries); or the batch's error. Integers, not text:
+-- 3 never: the cost exceeds the limit); or {-1, now} when now is not in
+-- the window an aligned fixed window's key names (nothing has changed;
+-- the caller names the keys at now and retries); or the batch's error. Integers, not text:
 -- Redis writes a reply's integers in C, string.format costs about 0.3 µs
 -- a number.
 
@@ -67,6 +67,7 @@ local function refund(b)
     op.kind.load(op)
   end
   for j = 1, #b.ops do local op = b.ops[j]
+    if op.kind.missed and op.kind.missed(op) then return miss() end
     if op.exists and op.kind.inplace and not op.kind.normalize(op) then return miss() end
   end
   for j = 1, #b.ops do local op = b.ops[j]
