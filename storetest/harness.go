@@ -213,19 +213,22 @@ func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) fl
 }
 
 // soleKey returns the value of attrs' one attribute when AllowKey asks
-// what Allow(attrs) asks: attrs holds that attribute alone, and every rule
-// keys on it or on nothing.
+// what Allow(attrs) asks: attrs holds that attribute alone, a rule keys on
+// it, and every other rule keys on it or on nothing. (An attribute no
+// rule keys on, one an override matches, is not AllowKey's to pass.)
 func (h *harness) soleKey(attrs floodgate.Attributes) (string, bool) {
 	if len(attrs) != 1 {
 		return "", false
 	}
 	for name, v := range attrs {
+		keyed := false
 		for _, a := range h.attrs {
 			if a != "" && a != name {
 				return "", false
 			}
+			keyed = keyed || a == name
 		}
-		return v, true
+		return v, keyed
 	}
 	return "", false
 }
