@@ -583,6 +583,9 @@ func (l *Limiter) conclude(ctx context.Context, sh *sheet, now time.Time, err er
 	default:
 		d = verdict(sh)
 	}
+	if o == nil && l.observer == nil {
+		return d
+	}
 	return l.report(ctx, sh, now, d, err == nil, o)
 }
 
