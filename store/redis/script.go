@@ -119,7 +119,9 @@ func windowKey(state string, start int64) string {
 
 // build fills c with the keys and arguments that run the ops at idx of b
 // in the given mode, in decimal (see scripts/apply.lua), so that MONITOR
-// shows what a decision asked. now is the time in µs, or -1 for the
+// shows what a decision asked: the batch's head ("consume -1 1 0 1"), one
+// argument, as each argument costs the server about as much as a
+// hundred-line Lua function. now is the time in µs, or -1 for the
 // server's; ref (µs) is the time aligned windows are named at (the script
 // answers a miss when its clock is in another window, and is sent again
 // with its reading as ref); stamps, when not nil, replace the ops' stamps
@@ -127,8 +129,13 @@ func windowKey(state string, start int64) string {
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	refund := mode == int(store.Refund) || mode == modeCompensate
 	c.keys = c.keys[:0]
-	c.args = append(c.args[:0], modeNames[mode], strconv.FormatInt(now, 10), strconv.FormatInt(b.Cost, 10),
-		strconv.FormatUint(b.Ticket, 10), strconv.Itoa(len(idx)))
+	head := make([]byte, 0, 48)
+	head = append(append(head, modeNames[mode]...), ' ')
+	head = append(strconv.AppendInt(head, now, 10), ' ')
+	head = append(strconv.AppendInt(head, b.Cost, 10), ' ')
+	head = append(strconv.AppendUint(head, b.Ticket, 10), ' ')
+	head = strconv.AppendInt(head, int64(len(idx)), 10)
+	c.args = append(c.args[:0], string(head))
 	for _, i := range idx {
 		op := &b.Ops[i]
 		key := s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
