@@ -177,3 +177,37 @@ func TestFixedWindowReplacesTextState(t *testing.T) {
 		t.Fatalf("PTTL %d ms, want within (0, 60000]", got)
 	}
 }
+
+// TestAlignedWindowNamedForAnotherWindowMisses: a call whose aligned
+// window's key was named at a reading in another window than the server's
+// (clocks that straddle a boundary, a call sent again after a wait) changes
+// nothing and answers the server's time, at which the store names it
+// again.
+func TestAlignedWindowNamedForAnotherWindowMisses(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serverClockStore(t, srv)
+	op := store.Op{Scope: "miss/r@1m", Key: "user:1",
+		Params: store.Params{Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute, Align: store.AlignClock}}
+	b := &store.Batch{Mode: store.Consume, Cost: 1, Ticket: 1, Ops: []store.Op{op}}
+	send := func(ref int64) []int64 {
+		c := &call{}
+		s.build(c, b, opIndexes(b), int(store.Consume), -1, ref, nil)
+		p := &pending{c: c, done: make(chan struct{})}
+		s.run.(*coalescer).send([]*pending{p})
+		if p.err != nil {
+			t.Fatal(p.err)
+		}
+		return p.reply
+	}
+	r := send(time.Now().Add(-time.Hour).UnixMicro())
+	if len(r) != 2 || r[0] != -1 {
+		t.Fatalf("named an hour ago: reply %v, want a miss {-1, now}", r)
+	}
+	if keys := srv.MustDo("DBSIZE"); keys != "0" {
+		t.Fatalf("a miss left %s keys, want none", keys)
+	}
+	r = send(r[1])
+	if len(r) != 2+replyPerOp || r[0] != 1 || r[2+replyRemaining] != 9 {
+		t.Fatalf("named at the server's reading: reply %v, want admitted with 9 remaining", r)
+	}
+}

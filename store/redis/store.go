@@ -308,12 +308,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 	}
 	calls = calls[:0]
 	for _, g := range gs {
-		switch {
-		case g.refused:
-		case g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1:
-			s.build(&g.c, b, g.idx, g.mode(mode), now, g.c.reply[1], stamps)
-			calls = append(calls, &g.c)
-		case mode != modeCompensate && retryable(ctx, g.c.err):
+		if !g.refused && mode != modeCompensate && retryable(ctx, g.c.err) {
 			calls = append(calls, &g.c)
 		}
 	}
@@ -369,8 +364,8 @@ func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
 
 // rename sends again, named at the server's reading, the calls of gs that
 // missed (an aligned window's key named for another window than the one
-// holding the server's time: a call sent again after a wait, or twice
-// across a boundary), a few times.
+// holding the server's time: clocks that straddle a boundary, or a call
+// sent again after a wait), up to three times.
 func (s *Store) rename(ctx context.Context, b *store.Batch, gs []*group, mode int, now int64, stamps []int64) {
 	for range 3 {
 		var calls []*call

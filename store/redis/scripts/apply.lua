@@ -15,9 +15,9 @@
 -- reset and stamp (status 0 refused, 1 admitted, 2 admitted and charged,
 -- 3 never: the cost exceeds the limit); or {-1, now} when now is not in
 -- the window an aligned fixed window's key names (nothing has changed;
--- the caller names the keys at now and retries); or the batch's error. Integers, not text:
--- Redis writes a reply's integers in C, string.format costs about 0.3 µs
--- a number.
+-- the caller names the keys at now and retries); or the batch's error.
+-- Integers, not text: Redis writes a reply's integers in C, string.format
+-- costs about 0.3 µs a number.
 
 -- persist writes op's state back to expire when it means no key, or
 -- forgets it if that is now.
