@@ -19,9 +19,12 @@ local function spec(text)
   if s then return s end
   if string.sub(text, 1, 8) ~= 'aligned ' then return nil end
   local it = string.gmatch(text, '%-?%d+')
-  local t, cost, n = tonumber(it()), tonumber(it()), tonumber(it())
+  local t, cost, n = tonumber(it()), it(), tonumber(it())
   if not n then error('floodgate: the batch head ' .. text .. ' is not "aligned now cost ops ..."') end
-  s = {now = t, cost = min(cost, MAX), n = n}
+  -- The cost is passed to INCRBY as the text it came as: redis.call
+  -- formats a number with "%.17g", at about 1,500 instructions.
+  s = {now = t, cost = tonumber(cost), costtext = cost, n = n}
+  if s.cost > MAX then s.cost, s.costtext = MAX, format('%d', MAX) end
   for j = 1, n do
     local limit, start, stop, shadow = tonumber(it()), tonumber(it()), tonumber(it()), it()
     if not shadow then error('floodgate: the batch head ' .. text .. ' lacks an op') end
@@ -38,15 +41,15 @@ end
 -- window's end (stop) by the charge that opens it, and returns the count.
 -- A generic batch later in the call reads the key as the call left it:
 -- from the call's MGET if it has not run yet, else from ints.
-local function charge(key, cost, stop)
-  local c = redis.call('INCRBY', key, cost)
-  if c == cost then redis.call('PEXPIRE', key, ttl(stop)) end
+local function charge(key, s, stop)
+  local c = redis.call('INCRBY', key, s.costtext)
+  if c == s.cost then redis.call('PEXPIRE', key, ttl(stop)) end
   if fetched then ints[key] = c end
   return c
 end
 
-local function giveback(key, cost)
-  local c = redis.call('DECRBY', key, cost)
+local function giveback(key, s)
+  local c = redis.call('DECRBY', key, s.costtext)
   if fetched then ints[key] = c end
 end
 
@@ -65,12 +68,12 @@ local function aligned(s, k)
   out[m + 1], out[m + 2] = n + 1, now
   local allowed = true
   for j = 1, n do local r = s[j]
-    local c = charge(KEYS[k + j - 1], cost, r.stop)
+    local c = charge(KEYS[k + j - 1], s, r.stop)
     out[m + 2 + j] = c - cost
     if c > r.limit and not r.shadow then allowed = false end
   end
   for j = 1, n do
-    if not allowed or out[m + 2 + j] + cost > s[j].limit then giveback(KEYS[k + j - 1], cost) end
+    if not allowed or out[m + 2 + j] + cost > s[j].limit then giveback(KEYS[k + j - 1], s) end
   end
   nout = m + 2 + n
 end
