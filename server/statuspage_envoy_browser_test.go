@@ -132,7 +132,7 @@ descriptors:
 	if err != nil || height == 0 || height > 30 {
 		t.Errorf("the long key's row is %vpx high (%v), want one line", height, err)
 	}
-	waitFor(t, ctx, 8*time.Second, "the chart to count the denials", func() bool {
+	waitFor(t, ctx, 30*time.Second, "the chart to count the denials", func() bool {
 		now, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` .now`)))
 		return err == nil && strings.Contains(now, "denied")
 	})
