@@ -33,10 +33,10 @@
 // decisions go to the inner store one by one and answer exactly, and when
 // it denies, its denial is answered locally until the window ends (as
 // store/overlimit does) or Options.MaxHold passes. A token bucket's grant
-// is never below Options.Min: when the bucket holds fewer tokens, the
-// Store takes what is left or, if that does not cover the decision,
-// answers the key's consumes locally as denied until the inner store said
-// Min tokens would be there.
+// is burst/Share tokens (Min at least) whatever the bucket holds: when it
+// holds fewer, the Store takes what is left if that is half a grant and
+// covers the decision, or else answers the key's consumes locally as denied until the inner
+// store said the grant's tokens would be there (Options.MaxHold at most).
 //
 // The units an instance can hold unspent at any time are one grant, at
 // most 1/Share of what was left when it was taken; with n instances
@@ -84,7 +84,7 @@ import (
 
 // The defaults of Options.
 const (
-	DefaultShare   = 16
+	DefaultShare   = 32
 	DefaultMin     = 8
 	DefaultIdle    = 250 * time.Millisecond
 	DefaultMaxHold = 50 * time.Millisecond
@@ -353,23 +353,25 @@ func (s *Store) consumeWindow(ctx context.Context, g *grant, b *store.Batch, now
 	return s.pass(ctx, g, b, now)
 }
 
-// consumeBucket takes a grant of a token bucket for b: Min tokens at
-// least, or what is left when that is less but covers b, and holds a
-// denial until Min tokens are back otherwise. Requires g.mu.
+// consumeBucket takes a grant of a token bucket for b: burst/Share
+// tokens (Min at least), or what is left when that is half a grant or
+// more and covers b, and holds a denial until the grant's tokens are back otherwise. A
+// bucket's grant does not shrink with what is left: a drained bucket
+// refills at its rate, and a grant of a refill's worth of tokens keeps the
+// instances from asking for every token. Requires g.mu.
 func (s *Store) consumeBucket(ctx context.Context, g *grant, b *store.Batch, now int64) error {
 	op := &b.Ops[0]
-	rem := op.Params.Burst
-	if g.known {
-		rem = g.rem
-	}
 	need := b.Cost - g.left
-	size := min(max(rem/s.share, s.min, need), op.Params.Burst)
+	size := min(max(op.Params.Burst/s.share, s.min, need), op.Params.Burst)
 	res, err := s.take(ctx, g, op, now, size)
 	if err != nil {
 		return err
 	}
-	if !res.Allowed && res.Remaining >= need {
-		res, err = s.take(ctx, g, op, now, res.Remaining) // what is left
+	if !res.Allowed && res.Remaining >= max(need, size/2) {
+		// Half a grant or more is left: take it. Less waits for the rest,
+		// or the instances would ask for every few tokens a drained bucket
+		// refills.
+		res, err = s.take(ctx, g, op, now, res.Remaining)
 		if err != nil {
 			return err
 		}
