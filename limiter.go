@@ -638,7 +638,7 @@ func (l *Limiter) build(ctx context.Context, c *call, attrs Attributes) error {
 func (c *call) add(r *compiledRule, key string) *store.Op {
 	c.b.Ops = append(c.b.Ops, store.Op{})
 	op := &c.b.Ops[len(c.b.Ops)-1]
-	op.Scope, op.Key, op.Params, op.Shadow = r.scope, key, r.params, r.shadow
+	op.Scope, op.Key, op.Params, op.Shadow, op.Grant = r.scope, key, r.params, r.shadow, r.Grant
 	c.rules = append(c.rules, r)
 	return op
 }

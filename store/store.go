@@ -99,6 +99,10 @@ type Op struct {
 	Params Params
 	// Shadow ops are evaluated but never deny the batch.
 	Shadow bool
+	// Grant is the rule's floodgate.Rule.Grant: a grant decorator
+	// (store/grant) answers the op's consumes from quota grants. Stores
+	// ignore it.
+	Grant bool
 	// Stamp is an output of Consume (the window or bucket the units were
 	// counted in) and an input of Refund.
 	Stamp int64

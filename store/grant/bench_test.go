@@ -29,7 +29,7 @@ func BenchmarkLocal(b *testing.B) {
 	}{{"memory", batchOnly{mem}}, {"grant", grant.New(mem, &grant.Options{Idle: -1})}} {
 		b.Run(c.name, func(b *testing.B) {
 			ctx := context.Background()
-			op := store.Op{Scope: "bench/" + c.name + "@1h", Key: "user:1", Params: params}
+			op := store.Op{Scope: "bench/" + c.name + "@1h", Key: "user:1", Params: params, Grant: true}
 			batch := store.Batch{Mode: store.Consume, Cost: 1, Ops: []store.Op{op}}
 			decide := func() {
 				batch.Now, batch.Ops[0] = time.Now(), op

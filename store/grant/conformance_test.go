@@ -69,7 +69,7 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConcurrentConformance runs the concurrent part of the suite against
-// the decorator with its default options, token buckets granted too, over a
+// the decorator, every fixed window and token bucket granted, over a
 // Redis store on the server's clock, as floodgate serve composes them.
 func TestConcurrentConformance(t *testing.T) {
 	srv := redistest.Start(t)
@@ -78,7 +78,7 @@ func TestConcurrentConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	g := grant.New(s, &grant.Options{Min: 1})
+	g := grant.New(s, &grant.Options{Min: 1, Granted: func(*store.Op) bool { return true }})
 	defer g.Close()
 	storetest.RunConcurrent(t, g, nil)
 }

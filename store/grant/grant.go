@@ -16,9 +16,9 @@
 //
 // # Which decisions
 //
-// A consume of one rule that Options.Granted accepts (by default every
-// enforced fixed window and token bucket) is answered from its key's
-// grant. Every other batch goes to the inner store as it is, after the
+// A consume of one rule that asks for grants (floodgate.Rule.Grant, or
+// Options.Granted), an enforced fixed window or token bucket, is answered
+// from its key's grant. Every other batch goes to the inner store as it is, after the
 // grants of its keys are given back, so that it meets the key's whole
 // count: a decision of several rules, a shadow rule, peeks, records,
 // refunds (a refund of a locally answered decision goes back to the inner
@@ -93,9 +93,10 @@ const (
 // Options tune a Store. The zero value is ready to use.
 type Options struct {
 	// Granted reports whether the consumes of op's rule are answered from
-	// grants; nil grants every enforced fixed window and token bucket. It
-	// is called on every decision and must be fast. Ops it accepts of any
-	// other algorithm, and shadow ops, are not granted.
+	// grants; nil grants the ops whose rule asks for it (Op.Grant, from
+	// floodgate.Rule.Grant). It is called on every decision and must be
+	// fast. Ops it accepts of any other algorithm than fixed window and
+	// token bucket, and shadow ops, are not granted.
 	Granted func(op *store.Op) bool
 	// Share is the part of a key's remaining units one grant takes at
 	// most: a grant is remaining/Share; 0 means DefaultShare.
@@ -216,10 +217,6 @@ func Grantable(a store.Algorithm) bool {
 	return a == store.FixedWindow || a == store.TokenBucket
 }
 
-// ErrNotGrantable is the error of a rule that asks for grants with an
-// algorithm they cannot answer.
-var ErrNotGrantable = errors.New("grants answer fixed windows and token buckets only")
-
 // Unwrap returns the store s decorates.
 func (s *Store) Unwrap() store.Store { return s.inner }
 
@@ -256,7 +253,10 @@ func (s *Store) grants(op *store.Op) bool {
 	if op.Shadow || !Grantable(op.Params.Algorithm) {
 		return false
 	}
-	return s.granted == nil || s.granted(op)
+	if s.granted == nil {
+		return op.Grant
+	}
+	return s.granted(op)
 }
 
 // lookup returns op's grant, making it when make is set (nil otherwise

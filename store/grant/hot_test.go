@@ -146,8 +146,8 @@ const hotLimit = 10_000
 var (
 	even     = []float64{0.25, 0.25, 0.25, 0.25}
 	skewed   = []float64{0.9, 1.0 / 30, 1.0 / 30, 1.0 / 30}
-	hotFixed = floodgate.Rule{Name: "global", Algorithm: floodgate.FixedWindow, Limit: hotLimit, Window: time.Second, Align: floodgate.AlignClock, Key: []string{"tenant"}}
-	hotTB    = floodgate.Rule{Name: "global", Algorithm: floodgate.TokenBucket, Limit: hotLimit, Burst: hotLimit, Window: time.Second, Key: []string{"tenant"}}
+	hotFixed = floodgate.Rule{Name: "global", Algorithm: floodgate.FixedWindow, Limit: hotLimit, Window: time.Second, Align: floodgate.AlignClock, Key: []string{"tenant"}, Grant: true}
+	hotTB    = floodgate.Rule{Name: "global", Algorithm: floodgate.TokenBucket, Limit: hotLimit, Burst: hotLimit, Window: time.Second, Key: []string{"tenant"}, Grant: true}
 )
 
 // TestHotFixedWindow is the acceptance run: 4 instances, one key, a fixed
