@@ -550,27 +550,30 @@ func (s *Store) sweep() {
 		case <-s.stop:
 			return
 		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			s.each(func(g *grant) {
 				if time.Since(g.used) >= s.idle {
-					s.release(g)
+					s.release(ctx, g)
 				}
 			})
+			cancel()
 		}
 	}
 }
 
+// releaseTimeout bounds the refunds of one sweep, or of Close.
+const releaseTimeout = 2 * time.Second
+
 // release gives g's units back, or drops g when its window has turned.
 // Requires g.mu.
-func (s *Store) release(g *grant) {
+func (s *Store) release(ctx context.Context, g *grant) {
 	if g.left == 0 {
 		return
 	}
-	if g.lastNow >= g.back {
+	if g.lastNow >= g.back || ctx.Err() != nil {
 		s.strand(g)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
 	if s.giveBack(ctx, g, false) != nil {
 		s.strand(g)
 	}
@@ -601,13 +604,16 @@ func (s *Store) each(f func(g *grant)) {
 	}
 }
 
-// Close gives every grant's unspent units back to the inner store and
-// stops the Store's goroutine. Decisions after Close still work (and take
-// grants again).
+// Close gives every grant's unspent units back to the inner store (within
+// two seconds in all: what an unreachable store does not take back by then
+// is stranded) and stops the Store's goroutine. Decisions after Close
+// still work, and take grants again.
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
-	s.each(s.release)
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	s.each(func(g *grant) { s.release(ctx, g) })
 	return nil
 }
 
