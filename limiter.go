@@ -142,6 +142,7 @@ type Limiter struct {
 	shadow   bool
 	timeout  time.Duration
 	remote   bool
+	local    store.Local // answers some batches in-process first (store/grant)
 	breaker  *breaker
 	observer Observer
 	sample   uint32 // ObserveSample; 0 or 1: every decision
@@ -228,6 +229,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	if ip, ok := st.(store.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
 	}
+	l.local, _ = st.(store.Local)
 	if l.remote && l.fallback != nil {
 		l.handback = &handback{}
 	}
@@ -648,6 +650,9 @@ func (c *call) add(r *compiledRule, key string) *store.Op {
 func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	if !l.remote {
 		return l.store.Apply(ctx, b)
+	}
+	if l.local != nil && l.local.ApplyLocal(b) {
+		return nil
 	}
 	if !l.breaker.Allow(b.Now.UnixNano()) {
 		return ErrBreakerOpen

@@ -33,6 +33,15 @@ type InProcess interface {
 	InProcess() bool
 }
 
+// Local is implemented by remote stores' decorators that answer some
+// batches in-process (store/grant). The engine offers every batch to
+// ApplyLocal first, without the per-call deadline and the circuit breaker
+// of a remote store, and applies it as usual when ApplyLocal reports that
+// it did not answer. ApplyLocal never blocks on I/O.
+type Local interface {
+	ApplyLocal(b *Batch) bool
+}
+
 // Mode says what a Batch does.
 type Mode uint8
 

@@ -324,8 +324,8 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 		logger.Warn("floodgate: Redis unreachable at start: deciding on the fallback, dialling again every second",
 			"redis", redisTarget(r), "err", withoutSecrets(err.Error(), r))
 		l := dialLater(opts, err, func(msg string) string { return withoutSecrets(msg, r) }, logger)
-		g := grant.New(l, nil)
-		return withDenyCache(g, r.DenyCacheSize), func() { g.Close(); l.Close() }, nil
+		g := grant.New(withDenyCache(l, r.DenyCacheSize), nil)
+		return g, func() { g.Close(); l.Close() }, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
@@ -333,8 +333,10 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 		logger.Warn("store.redis.cluster names a Redis that is not a Cluster (cluster_enabled:0): floodgate uses it as a single node; set store.redis.url instead",
 			"redis", redisTarget(r))
 	}
-	g := grant.New(s, nil)
-	return withDenyCache(g, r.DenyCacheSize), func() { g.Close(); s.Close() }, nil
+	// The grant store goes outermost, so that limiters find its local
+	// answers (store.Local); what it passes on meets the over-limit cache.
+	g := grant.New(withDenyCache(s, r.DenyCacheSize), nil)
+	return g, func() { g.Close(); s.Close() }, nil
 }
 
 // registerGrants exports the counts of the grant store in st's chain of

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/grant"
 	"github.com/floodgate-go/floodgate/store/memory"
@@ -50,3 +51,43 @@ func BenchmarkLocal(b *testing.B) {
 // batchOnly hides the memory store's Binder and InProcess: the benchmark
 // compares Apply with Apply.
 type batchOnly struct{ store.Store }
+
+// BenchmarkLocalLimiter is the same comparison through the public Limiter
+// API (AllowKey on a global key): the memory store on its bound fast path
+// (memory) and on the Batch path (memory-batch, its Binder hidden), and
+// the grant store, whose local answers the limiter takes before a remote
+// store's deadline and circuit breaker (store.Local).
+//
+// Run: go test -run '^$' -bench LocalLimiter -benchmem ./store/grant
+func BenchmarkLocalLimiter(b *testing.B) {
+	rule := floodgate.Rule{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 1 << 50, Window: time.Hour, Align: floodgate.AlignClock, Grant: true}
+	mem := memory.New(&memory.Options{SweepInterval: -1})
+	defer mem.Close()
+	for _, c := range []struct {
+		name string
+		st   store.Store
+	}{{"memory", mem}, {"memory-batch", inProcess{mem}}, {"grant", grant.New(mem, &grant.Options{Idle: -1})}} {
+		b.Run(c.name, func(b *testing.B) {
+			lim, err := floodgate.New("bench-"+c.name, c.st, []floodgate.Rule{rule}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer lim.Close()
+			ctx := context.Background()
+			lim.AllowKey(ctx, "")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if !lim.AllowKey(ctx, "").Allowed {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
+}
+
+// inProcess hides the memory store's Binder but not its InProcess: a
+// limiter over it takes the Batch path of an in-process store.
+type inProcess struct{ store.Store }
+
+func (inProcess) InProcess() bool { return true }

@@ -135,7 +135,10 @@ type Store struct {
 	once sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store = (*Store)(nil)
+	_ store.Local = (*Store)(nil)
+)
 
 type shard struct {
 	mu sync.Mutex
@@ -168,8 +171,11 @@ type grant struct {
 
 	dead bool // dropped from its shard: look the key up again
 
-	lastNow int64     // the latest decision's time
-	used    time.Time // wall clock of the latest use, for Idle
+	lastNow int64 // the latest decision's time
+	// touched is set by every decision on the key and cleared by every
+	// sweep: a grant found untouched is idle (see sweep).
+	touched bool
+	idle    int // sweeps since the key was last decided on
 }
 
 // New returns a Store that answers granted keys of inner's from grants
@@ -286,7 +292,7 @@ func (s *Store) consume(ctx context.Context, b *store.Batch) error {
 		g.mu.Lock()
 	}
 	defer g.mu.Unlock()
-	g.used = time.Now()
+	g.touched = true
 	if now > g.lastNow {
 		g.lastNow = now
 	}
@@ -310,12 +316,7 @@ func (s *Store) consume(ctx context.Context, b *store.Batch) error {
 			s.strand(g)
 		}
 	}
-	if g.left >= cost {
-		s.spend(g, b, now)
-		return nil
-	}
-	if now < g.hold && cost > g.holdFits && (g.holdCost == 0 || cost == g.holdCost) && cost <= s.capacity(op) {
-		s.deny(g, b, now)
+	if s.answer(g, b, now) {
 		return nil
 	}
 	if cost > s.capacity(op) {
@@ -325,6 +326,50 @@ func (s *Store) consume(ctx context.Context, b *store.Batch) error {
 		return s.consumeWindow(ctx, g, b, now)
 	}
 	return s.consumeBucket(ctx, g, b, now)
+}
+
+// answer answers b, a consume of g's key, from g's units or its held
+// denial if it can, and reports whether it did. Requires g.mu, and g's
+// units to be live at now if it has any.
+func (s *Store) answer(g *grant, b *store.Batch, now int64) bool {
+	op, cost := &b.Ops[0], b.Cost
+	switch {
+	case g.left >= cost:
+		s.spend(g, b, now)
+	case now < g.hold && cost > g.holdFits && (g.holdCost == 0 || cost == g.holdCost) && cost <= s.capacity(op):
+		s.deny(g, b, now)
+	default:
+		return false
+	}
+	s.stats.local.Add(1)
+	return true
+}
+
+// ApplyLocal answers b when it is a consume of one granted rule that the
+// key's live grant, or its held denial, answers without the inner store,
+// and reports whether it did (store.Local). A limiter over s offers it
+// every batch before Apply, without a deadline or its circuit breaker.
+func (s *Store) ApplyLocal(b *store.Batch) bool {
+	if b.Mode != store.Consume || len(b.Ops) != 1 || !s.grants(&b.Ops[0]) {
+		return false
+	}
+	op := &b.Ops[0]
+	g := s.lookup(op, false)
+	if g == nil {
+		return false
+	}
+	now := b.Now.UnixMicro()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.dead || g.params != op.Params || g.left > 0 && now >= g.live {
+		return false
+	}
+	if s.answer(g, b, now) {
+		g.touched = true
+		g.lastNow = max(g.lastNow, now)
+		return true
+	}
+	return false
 }
 
 // consumeWindow takes a grant of a fixed window for b, or passes b to the
@@ -487,7 +532,6 @@ func (s *Store) spend(g *grant, b *store.Batch, now int64) {
 		ResetAfter: micros(g.reset - now),
 	}
 	b.Allowed = true
-	s.stats.local.Add(1)
 }
 
 // deny answers b from g's held denial. Requires g.mu.
@@ -500,7 +544,6 @@ func (s *Store) deny(g *grant, b *store.Batch, now int64) {
 		ResetAfter: micros(g.reset - now),
 	}
 	b.Allowed = false
-	s.stats.local.Add(1)
 }
 
 // capacity is the most units op's rule admits at once.
@@ -540,7 +583,11 @@ func (s *Store) strand(g *grant) {
 	g.left, g.live, g.back = 0, 0, 0
 }
 
-// sweep gives idle grants back until Close.
+// sweep gives idle grants back until Close: every Idle/2, the grants of
+// keys no decision touched since the sweep before, so each grant unused
+// for Idle goes back after Idle to 1.5 × Idle. Decisions mark their grant
+// touched rather than read the clock, which would cost more than the rest
+// of a local answer.
 func (s *Store) sweep() {
 	defer close(s.done)
 	t := time.NewTicker(s.idle / 2)
@@ -552,14 +599,21 @@ func (s *Store) sweep() {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 			s.each(func(g *grant) {
-				if time.Since(g.used) >= s.idle {
-					s.release(ctx, g)
+				if g.touched {
+					g.touched, g.idle = false, 0
+					return
 				}
+				g.idle++
+				s.release(ctx, g)
 			})
 			cancel()
 		}
 	}
 }
+
+// forgetSweeps is how many sweeps a key with no grant goes undecided
+// before its state is forgotten.
+const forgetSweeps = 240
 
 // releaseTimeout bounds the refunds of one sweep, or of Close.
 const releaseTimeout = 2 * time.Second
@@ -587,7 +641,7 @@ func (s *Store) each(f func(g *grant)) {
 		gs := make([]*grant, 0, len(sh.m))
 		for k, g := range sh.m {
 			if g.mu.TryLock() {
-				if g.left == 0 && time.Since(g.used) > time.Minute {
+				if g.left == 0 && !g.touched && g.idle > forgetSweeps {
 					g.dead = true // forget keys long unused
 					delete(sh.m, k)
 				}
