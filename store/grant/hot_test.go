@@ -2,7 +2,6 @@ package grant_test
 
 import (
 	"context"
-	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -46,11 +45,13 @@ func (c *counted) Apply(ctx context.Context, b *store.Batch) error {
 }
 
 // instance is one floodgate instance of a hot-key run: a limiter over a
-// grant store over a Redis store of its own (its own client and pool).
+// grant store over a Redis store of its own (its own client and pool),
+// with the decisions the limiter hands the grant store observed.
 type instance struct {
 	lim   *floodgate.Limiter
 	grant *grant.Store
 	redis *counted
+	seen  *observed
 }
 
 func newInstance(t *testing.T, srv *redistest.Server, rule floodgate.Rule, opts *grant.Options, clock floodgate.Clock) *instance {
@@ -62,22 +63,84 @@ func newInstance(t *testing.T, srv *redistest.Server, rule floodgate.Rule, opts 
 	t.Cleanup(func() { rs.Close() })
 	in := &instance{redis: &counted{Store: rs}}
 	in.grant = grant.New(in.redis, opts)
-	in.lim, err = floodgate.New("hot", in.grant, []floodgate.Rule{rule}, &floodgate.Options{Clock: clock, Timeout: 5 * time.Second})
+	in.seen = &observed{grant: in.grant, windows: map[int64]int64{}}
+	in.lim, err = floodgate.New("hot", in.seen, []floodgate.Rule{rule}, &floodgate.Options{Clock: clock, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return in
 }
 
+// observed counts the consumes a limiter hands a grant store, as the store
+// answers them: the decisions and admissions, the admissions by the window
+// they were charged to (the stamp: a fixed window's start, on Redis's
+// clock), the admissions decided after that window ended, and the earliest and
+// latest decision times (the latest as its call returned: the span holds
+// every reading of the time Redis made for the run).
+type observed struct {
+	grant *grant.Store
+
+	mu                  sync.Mutex
+	decisions, admitted int64
+	windows             map[int64]int64
+	outside             int64
+	first, last         int64 // µs
+}
+
+func (o *observed) Apply(ctx context.Context, b *store.Batch) error {
+	if err := o.grant.Apply(ctx, b); err != nil {
+		return err
+	}
+	o.count(b)
+	return nil
+}
+
+func (o *observed) ApplyLocal(b *store.Batch) bool {
+	if !o.grant.ApplyLocal(b) {
+		return false
+	}
+	o.count(b)
+	return true
+}
+
+func (o *observed) count(b *store.Batch) {
+	if b.Mode != store.Consume {
+		return
+	}
+	// The decision's time (read before the call) is no later than Redis's
+	// reading for it, and the time after the call no earlier.
+	now, after := b.Now.UnixMicro(), time.Now().UnixMicro()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.decisions == 0 || now < o.first {
+		o.first = now
+	}
+	o.last = max(o.last, after)
+	o.decisions++
+	if !b.Allowed {
+		return
+	}
+	o.admitted++
+	if op := &b.Ops[0]; op.Params.Algorithm == store.FixedWindow {
+		o.windows[op.Stamp]++
+		// Redis may stamp a decision into the window after the one its
+		// time was read in (Redis reads its clock later); never into one
+		// that ended before it.
+		if now >= op.Stamp+op.Params.Window.Microseconds() {
+			o.outside++
+		}
+	}
+}
+
 // hotResult is what a hot-key run measured.
 type hotResult struct {
 	decisions, admitted, calls int64
-	// windows counts admissions by the end of the window their answer
-	// names (fixed windows), in whole seconds.
-	windows map[int64]int64
-	first   time.Time // the run's first call
-	last    time.Time // the end of its last call
-	stats   []grant.Stats
+	// windows counts admissions by the start of the window they were
+	// charged to, in µs; outside, those decided outside it.
+	windows     map[int64]int64
+	outside     int64
+	first, last time.Time // the earliest and latest decision times
+	stats       []grant.Stats
 }
 
 // runHot runs 4 instances on one key of rule for n windows of a second,
@@ -92,52 +155,52 @@ func runHot(t *testing.T, rule floodgate.Rule, demand float64, shares []float64,
 	start := time.Now().Truncate(time.Second).Add(time.Second)
 	time.Sleep(time.Until(start))
 	end := start.Add(time.Duration(n) * time.Second)
-	res := hotResult{windows: map[int64]int64{}, first: start}
-	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, in := range ins {
 		wg.Add(1)
 		go func(in *instance, rate float64) {
 			defer wg.Done()
 			ctx := context.Background()
-			windows := map[int64]int64{}
-			var sent, admitted int64
+			var sent int64
 			for {
 				now := time.Now()
 				if !now.Before(end) {
 					break
 				}
 				for due := int64(now.Sub(start).Seconds() * rate); sent < due; sent++ {
-					t0 := time.Now()
-					d := in.lim.AllowKey(ctx, "acme")
-					if d.Err != nil {
+					if sent%64 == 0 && !time.Now().Before(end) {
+						break // behind the pace: the run still ends on time
+					}
+					if d := in.lim.AllowKey(ctx, "acme"); d.Err != nil {
 						t.Errorf("decision failed: %v", d.Err)
 						return
-					}
-					if d.Allowed {
-						admitted++
-						windows[int64(math.Round(float64(t0.Add(d.ResetAfter).UnixMicro())/1e6))]++
 					}
 				}
 				time.Sleep(100 * time.Microsecond)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			res.decisions += sent
-			res.admitted += admitted
-			for w, c := range windows {
-				res.windows[w] += c
-			}
 		}(in, demand*shares[i])
 	}
 	wg.Wait()
-	res.last = time.Now()
-	for _, in := range ins {
+	res := hotResult{windows: map[int64]int64{}}
+	var first, last int64
+	for i, in := range ins {
+		o := in.seen
+		res.decisions += o.decisions
+		res.admitted += o.admitted
+		res.outside += o.outside
+		for w, c := range o.windows {
+			res.windows[w] += c
+		}
+		if i == 0 || o.first < first {
+			first = o.first
+		}
+		last = max(last, o.last)
 		res.calls += in.redis.calls.Load()
 		res.stats = append(res.stats, in.grant.Stats())
 		in.grant.Close()
 		in.lim.Close()
 	}
+	res.first, res.last = time.UnixMicro(first), time.UnixMicro(last)
 	return res
 }
 
@@ -169,11 +232,14 @@ func TestHotFixedWindow(t *testing.T) {
 			var full int64
 			for w, got := range r.windows {
 				if got > hotLimit {
-					t.Errorf("window ending %d: %d admitted, over the limit of %d", w, got, hotLimit)
+					t.Errorf("window from %v: %d admitted, over the limit of %d", time.UnixMicro(w), got, hotLimit)
 				}
-				if w > r.first.Unix() && w <= r.first.Unix()+int64(n) {
+				if w >= r.first.Truncate(time.Second).UnixMicro() && w < r.first.Truncate(time.Second).Add(time.Duration(n)*time.Second).UnixMicro() {
 					full += got
 				}
+			}
+			if r.outside > 0 {
+				t.Errorf("%d admissions decided after the window they were charged to ended", r.outside)
 			}
 			used := float64(full) / float64(hotLimit*n)
 			perDecision := float64(r.calls) / float64(r.decisions)
