@@ -61,6 +61,19 @@ func (l *Limiter) bindOne(ctx context.Context, attrs Attributes) (key string, li
 	return key, p.Limit, p.Burst, nil
 }
 
+// allowOne is a consume of one unit on a lean limiter (see Limiter.lean)
+// for the rule's key ("" skips it): decideOne with nothing to observe, no
+// lease id and no request's limits to carry, kept short (BenchmarkCompare).
+func (l *Limiter) allowOne(key string) Decision {
+	if key == "" {
+		return Decision{Allowed: true} // no rule applies to this request
+	}
+	r := l.rules[0]
+	now := l.clock.Now()
+	res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
+	return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+}
+
 // decideOne is decideBound for a limiter of one rule, whose key is key
 // ("" skips it) and whose limits for this request are limit and burst
 // (0: the rule's): the commonest decision, with no Call to build, and the

@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkFloor prices, on the machine at hand and in the same run as
-// go-limiter's memorystore, the steps no exact keyed limiter can skip: read
+// go-limiter's memorystore and floodgate's AllowKey (as BenchmarkCompare
+// calls it), the steps no exact keyed limiter can skip: read
 // the clock, find the key among 10,000, and update its state under a lock.
 // The "floor" row does just those three steps and nothing else (no
 // algorithm, no result), so it is a lower bound for any in-memory limiter
@@ -42,22 +43,31 @@ func BenchmarkFloor(b *testing.B) {
 		}
 	}
 
+	allowKey, done := floodgateKeySetup(1)(b, keys)
+	defer done()
+	for i := range keys {
+		if !allowKey(context.Background(), i) {
+			b.Fatal("floodgate warm-up denied")
+		}
+	}
+
 	steps := []struct {
 		name string
-		step func(key string)
+		step func(i int) // decides for key number i
 	}{
-		{"clock/time.Now", func(string) { sink += time.Now().UnixNano() }},
-		{"clock/floodgate-default", func(string) { sink += fast.Now().UnixNano() }},
-		{"mutex/lock+unlock", func(string) { mu.Lock(); sink++; mu.Unlock() }},
-		{"map/lookup-10k", func(k string) { sink += *index[k] }},
-		{"floor/clock+lock+lookup+update", func(k string) {
+		{"clock/time.Now", func(int) { sink += time.Now().UnixNano() }},
+		{"clock/floodgate-default", func(int) { sink += fast.Now().UnixNano() }},
+		{"mutex/lock+unlock", func(int) { mu.Lock(); sink++; mu.Unlock() }},
+		{"map/lookup-10k", func(i int) { sink += *index[keys[i]] }},
+		{"floor/clock+lock+lookup+update", func(i int) {
 			now := fast.Now().UnixNano()
 			mu.Lock()
-			*index[k] = now
+			*index[keys[i]] = now
 			mu.Unlock()
 		}},
-		{"sethvargo-go-limiter", func(k string) {
-			if _, _, _, ok, err := gl.Take(context.Background(), k); err != nil || !ok {
+		{"floodgate/key", func(i int) { allowKey(context.Background(), i) }},
+		{"sethvargo-go-limiter", func(i int) {
+			if _, _, _, ok, err := gl.Take(context.Background(), keys[i]); err != nil || !ok {
 				b.Fatal("go-limiter denied")
 			}
 		}},
@@ -68,7 +78,7 @@ func BenchmarkFloor(b *testing.B) {
 			r := benchtool.NewRand()
 			cpu := benchtool.CPU()
 			for b.Loop() {
-				s.step(keys[r.Intn(numKeys)])
+				s.step(r.Intn(numKeys))
 			}
 			benchtool.ReportCPU(b, cpu)
 		})

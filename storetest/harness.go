@@ -176,10 +176,18 @@ func (h *harness) limitsFor(attrs floodgate.Attributes) []limits {
 
 // consume asks for n units and compares the answer; it returns the decision.
 // Half the time it asks as most callers do, with AllowN, whose lean decision
-// has no per-rule results and no ticket; else with Decide, in full.
+// has no per-rule results and no ticket (or, for one unit of a limiter
+// keyed on one attribute, a third of the time with AllowKey); else with
+// Decide, in full.
 func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) floodgate.Outcome {
 	h.t.Helper()
 	h.logf("consume %v n=%d", attrs, n)
+	if key, ok := h.soleKey(attrs); ok && n == 1 && h.rng.IntN(3) == 0 {
+		d := h.lim.AllowKey(h.ctx, key)
+		want := h.model.decide(floodgate.ModeConsume, h.now(), keys, h.limitsFor(attrs), n)
+		h.compareDecision("consume (AllowKey)", d, want)
+		return floodgate.Outcome{Decision: d}
+	}
 	if h.rng.IntN(2) == 0 {
 		d, err := h.lim.AllowN(h.ctx, attrs, n)
 		if err != nil {
@@ -202,6 +210,27 @@ func (h *harness) consume(attrs floodgate.Attributes, keys []string, n int64) fl
 		h.tickets = append(h.tickets, heldTicket{real: t, model: want.ticket})
 	}
 	return got
+}
+
+// soleKey returns the value of attrs' one attribute when AllowKey asks
+// what Allow(attrs) asks: attrs holds that attribute alone, a rule keys on
+// it, and every other rule keys on it or on nothing. (An attribute no
+// rule keys on, one an override matches, is not AllowKey's to pass.)
+func (h *harness) soleKey(attrs floodgate.Attributes) (string, bool) {
+	if len(attrs) != 1 {
+		return "", false
+	}
+	for name, v := range attrs {
+		keyed := false
+		for _, a := range h.attrs {
+			if a != "" && a != name {
+				return "", false
+			}
+			keyed = keyed || a == name
+		}
+		return v, keyed
+	}
+	return "", false
 }
 
 // peek asks whether n units would be admitted; n == 0 asks with a consume

@@ -362,6 +362,9 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	// The root's target is read before the configuration is, so that a
+	// swap while the service starts is seen as one.
+	target, _ := filepath.EvalSymlinks(r.dir)
 	if err := srv.Open(); err != nil {
 		return err
 	}
@@ -398,7 +401,7 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	stopRoot := make(chan struct{})
 	defer close(stopRoot)
 	if r.watchRoot {
-		go followRoot(r.dir, srv, logger, stopRoot)
+		go followRoot(r.dir, target, srv, logger, stopRoot)
 	}
 	// Logged at warn, the reference's default level, like its listening
 	// lines; tests wait for it.
@@ -422,11 +425,10 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 const rootPoll = time.Second
 
 // followRoot reloads srv when the configuration directory's real path
-// changes: the runtime root is a symbolic link that a deployment swaps to
-// a new version (RUNTIME_WATCH_ROOT), which the directory's own watch
-// cannot see.
-func followRoot(dir string, srv *server.Server, logger *slog.Logger, stop <-chan struct{}) {
-	last, _ := filepath.EvalSymlinks(dir)
+// changes from last: the runtime root is a symbolic link that a deployment
+// swaps to a new version (RUNTIME_WATCH_ROOT), which the directory's own
+// watch cannot see.
+func followRoot(dir, last string, srv *server.Server, logger *slog.Logger, stop <-chan struct{}) {
 	t := time.NewTicker(rootPoll)
 	defer t.Stop()
 	for {

@@ -78,11 +78,12 @@ func (b *bound) One(mode store.Mode, now, cost int64, ticket uint64, key string,
 		}
 		p = &q
 	}
-	o := op{p: p, shadow: b.shadow[0], res: &res, stamp: &stamp}
+	names := [1]name{{b.scopes[0], key}}
+	ops := [1]op{{p: p, shadow: b.shadow[0], res: &res, stamp: &stamp}}
 	if mode == store.Record {
-		allowed = b.s.decide(mode, now, cost, ticket, []name{{b.scopes[0], key}}, []op{o})
+		allowed = b.s.decide(mode, now, cost, ticket, names[:], ops[:])
 	} else {
-		allowed = b.s.decideOne(mode, now, cost, ticket, name{b.scopes[0], key}, &o)
+		allowed = b.s.decideOne(mode, now, cost, ticket, names[0], &ops[0])
 	}
 	return res, stamp, allowed
 }

@@ -57,6 +57,19 @@ func (sh *shard) find(h uint64, scope uint32, key string) int32 {
 	return -1
 }
 
+// findAfter is find for a decision whose previous rule on the same key
+// has slot prev (-1: none): a key's chain holds its rules' slots in the
+// order they were first decided together, so the slot sought is usually
+// the next one along it.
+func (sh *shard) findAfter(prev int32, h uint64, scope uint32, key string) int32 {
+	if prev >= 0 {
+		if j := sh.entries[prev].next; j >= 0 && sh.entries[j].scope == scope {
+			return j
+		}
+	}
+	return sh.find(h, scope, key)
+}
+
 // index adds key (hash h), which the table does not hold, with slot j as
 // the head of its chain. The caller holds sh.mu.
 func (sh *shard) index(h uint64, j int32) {

@@ -74,7 +74,7 @@ func TestClusterCompensationUsesItsNode(t *testing.T) {
 	key := "fg:{comp/b@1h:" + user + "}:fixed"
 	var got int64
 	for _, n := range cl.Nodes {
-		if v, err := n.Do("GET", key); err == nil && v != "" {
+		if v, err := n.Do("HGET", key, "n"); err == nil && v != "" {
 			got = fixedCount(t, v)
 		}
 	}

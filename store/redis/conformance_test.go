@@ -68,6 +68,18 @@ func expiry(s *redis.Store, nodes []*redistest.Server) *storetest.Expiry {
 			k := s.StateKey(scope, key, alg)
 			ttls, err := find(k)
 			ttl, held := ttls[k]
+			if held || err != nil || alg != store.FixedWindow {
+				return ttl, held, err
+			}
+			// An aligned window's counter: the key naming the latest
+			// window's start.
+			ttls, err = find(k + ":*")
+			latest := ""
+			for w, d := range ttls {
+				if len(w) > len(latest) || w > latest {
+					latest, ttl, held = w, d, true
+				}
+			}
 			return ttl, held, err
 		},
 		Keys: func(limiter string) (int, error) {

@@ -464,7 +464,7 @@ func (m *migration) checkLedgers(names ...string) {
 			x, y := m.unsure[li][u].Load(), m.unsureRefunds[li][u].Load()
 			admitted, refunded, unsure = admitted+a, refunded+r, unsure+x+y
 			var got int64
-			if v := m.find("GET", m.key(name, "ledger@1h", user, "fixed")); v != "" {
+			if v := m.find("HGET", m.key(name, "ledger@1h", user, "fixed"), "n"); v != "" {
 				got = fixedCount(m.t, v)
 			}
 			if got < a-r-y || got > a-r+x {

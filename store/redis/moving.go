@@ -95,6 +95,9 @@ func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode in
 			g.waited = g.waited || moving(g.c.err)
 		}
 		gs = s.apart(ctx, b, gs, mode)
+		if now < 0 {
+			ref = time.Now().UnixMicro() // aligned windows named after the wait
+		}
 		var calls []*call
 		for _, g := range gs {
 			if moving(g.c.err) {

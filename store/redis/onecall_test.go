@@ -67,33 +67,40 @@ func TestOneCallFixedWindowKeepsTTL(t *testing.T) {
 	s := serverClockStore(t, srv)
 	for _, align := range []store.Align{store.AlignFirstHit, store.AlignClock} {
 		t.Run(align.String(), func(t *testing.T) {
-			const window = 400 * time.Millisecond
+			const window = time.Second
 			op := store.Op{Scope: "onecall/fixed-" + align.String(), Key: "user:1",
 				Params: store.Params{Algorithm: store.FixedWindow, Limit: 100, Window: window, Align: align}}
 			key := s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow])
 			consume := func() *store.Batch {
 				return &store.Batch{Mode: store.Consume, Cost: 1, Ticket: 1, Ops: []store.Op{op}}
 			}
-			check := func(when string) {
+			// r is a call's replies: an aligned window's counter is the key
+			// naming the window's start (the stamp, µs) in ms.
+			check := func(when string, r [][]int64) {
 				t.Helper()
+				key := key
+				if align != store.AlignFirstHit {
+					key += ":" + strconv.FormatInt(r[0][2+replyStamp]/1000, 10)
+				}
 				if got := pttl(t, srv, key); got <= 0 || got > window.Milliseconds() {
 					t.Fatalf("%s: PTTL %d ms, want within (0, %d]", when, got, window.Milliseconds())
 				}
 			}
-			sendTogether(t, s, consume(), consume())
-			check("fresh key")
-			// The key's window passes while the key is still there (its
-			// TTL has the server's ms rounding): the next call opens the
-			// next window.
-			for pttl(t, srv, key) > 0 {
+			check("fresh key", sendTogether(t, s, consume(), consume()))
+			// Wait for the stored window to pass on the server's clock;
+			// the key may still be there (its TTL is rounded up to the
+			// ms): the next call opens the next window. (PTTL reaching 0
+			// does not say the window has passed: the window can have
+			// most of a millisecond left.)
+			for {
 				r := sendTogether(t, s, &store.Batch{Mode: store.Peek, Ops: []store.Op{op}})
 				if r[0][2+replyReset] == 0 || r[0][2+replyRemaining] == op.Params.Limit {
-					break // the stored window has passed
+					break
 				}
 				time.Sleep(time.Millisecond)
 			}
 			r := sendTogether(t, s, consume(), consume(), consume())
-			check("window turned")
+			check("window turned", r)
 			if got := r[2][2+replyRemaining]; got != 97 {
 				t.Fatalf("third consume of the new window: remaining %d, want 97", got)
 			}
@@ -141,5 +148,66 @@ func TestOneCallRefundKeepsTTL(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestFixedWindowReplacesTextState: a first-hit window's key left by an
+// earlier build (text, "n=... start=... end=...") counts as absent, and the
+// next charge replaces it with the hash, expiring with the new window;
+// HMGET on it used to fail the decision (WRONGTYPE) until it expired.
+func TestFixedWindowReplacesTextState(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serverClockStore(t, srv)
+	op := store.Op{Scope: "upgrade/r@1m", Key: "user:1",
+		Params: store.Params{Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute}}
+	key := s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow])
+	srv.MustDo("SET", key, "n=9 start=1 end=2", "PX", "60000")
+	peek := sendTogether(t, s, &store.Batch{Mode: store.Peek, Cost: 1, Ops: []store.Op{op}})
+	if got := peek[0][2+replyRemaining]; got != 10 {
+		t.Fatalf("peek on the old state: remaining %d, want 10", got)
+	}
+	r := sendTogether(t, s, &store.Batch{Mode: store.Consume, Cost: 3, Ticket: 1, Ops: []store.Op{op}})
+	if r[0][0] != 1 || r[0][2+replyRemaining] != 7 {
+		t.Fatalf("consume of 3: %v, want admitted with 7 remaining", r[0])
+	}
+	if got := srv.MustDo("HGET", key, "n"); got != "3" {
+		t.Fatalf("HGET n: %q, want 3", got)
+	}
+	if got := pttl(t, srv, key); got <= 0 || got > 60000 {
+		t.Fatalf("PTTL %d ms, want within (0, 60000]", got)
+	}
+}
+
+// TestAlignedWindowNamedForAnotherWindowMisses: a call whose aligned
+// window's key was named at a reading in another window than the server's
+// (clocks that straddle a boundary, a call sent again after a wait) changes
+// nothing and answers the server's time, at which the store names it
+// again.
+func TestAlignedWindowNamedForAnotherWindowMisses(t *testing.T) {
+	srv := redistest.Start(t)
+	s := serverClockStore(t, srv)
+	op := store.Op{Scope: "miss/r@1m", Key: "user:1",
+		Params: store.Params{Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute, Align: store.AlignClock}}
+	b := &store.Batch{Mode: store.Consume, Cost: 1, Ticket: 1, Ops: []store.Op{op}}
+	send := func(ref int64) []int64 {
+		c := &call{}
+		s.build(c, b, opIndexes(b), int(store.Consume), -1, ref, nil)
+		p := &pending{c: c, done: make(chan struct{})}
+		s.run.(*coalescer).send([]*pending{p})
+		if p.err != nil {
+			t.Fatal(p.err)
+		}
+		return p.reply
+	}
+	r := send(time.Now().Add(-time.Hour).UnixMicro())
+	if len(r) != 2 || r[0] != -1 {
+		t.Fatalf("named an hour ago: reply %v, want a miss {-1, now}", r)
+	}
+	if keys := srv.MustDo("DBSIZE"); keys != "0" {
+		t.Fatalf("a miss left %s keys, want none", keys)
+	}
+	r = send(r[1])
+	if len(r) != 2+replyPerOp || r[0] != 1 || r[2+replyRemaining] != 9 {
+		t.Fatalf("named at the server's reading: reply %v, want admitted with 9 remaining", r)
 	}
 }

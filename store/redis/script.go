@@ -105,35 +105,50 @@ func (s *Store) keyOf(scope, key, sfx string) string {
 	return s.prefix + "{" + scope + ":" + key + "}" + sfx
 }
 
-// calBounds returns the boundaries of the calendar windows before, at and
-// after t (µs), as algo computes them (the script cannot read time zones):
-// the script picks the one that holds its clock's reading, so a server
-// clock a window away from ours still finds its window.
-func calBounds(p *store.Params, t int64) [4]int64 {
-	s, e := algo.WindowAt(p, t)
-	ps, _ := algo.WindowAt(p, s-1)
-	_, ne := algo.WindowAt(p, e)
-	return [4]int64{ps, s, e, ne}
+// aligned reports whether p is a fixed window aligned to the clock or the
+// calendar: its state is a counter in a key naming the window.
+func aligned(p *store.Params) bool {
+	return p.Algorithm == store.FixedWindow && p.Align != store.AlignFirstHit
+}
+
+// windowKey is the counter key of an aligned window that starts at start
+// (µs): the rule key's state key, ':' and the start in Unix ms.
+func windowKey(state string, start int64) string {
+	return state + ":" + strconv.FormatInt(start/1000, 10)
 }
 
 // build fills c with the keys and arguments that run the ops at idx of b
 // in the given mode, in decimal (see scripts/apply.lua), so that MONITOR
-// shows what a decision asked. now is the time in µs, or -1 for the
-// server's; ref (µs) is the time calendar windows are computed around;
-// stamps, when not nil, replace the ops' stamps (a compensation's).
+// shows what a decision asked: the batch's head ("consume -1 1 0 1"), one
+// argument, as each argument costs the server about as much as a
+// hundred-line Lua function. now is the time in µs, or -1 for the
+// server's; ref (µs) is the time aligned windows are named at (the script
+// answers a miss when its clock is in another window, and is sent again
+// with its reading as ref); stamps, when not nil, replace the ops' stamps
+// (a compensation's).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	refund := mode == int(store.Refund) || mode == modeCompensate
 	c.keys = c.keys[:0]
-	c.args = append(c.args[:0], modeNames[mode], strconv.FormatInt(now, 10), strconv.FormatInt(b.Cost, 10),
-		strconv.FormatUint(b.Ticket, 10), strconv.Itoa(len(idx)))
+	head := make([]byte, 0, 48)
+	head = append(append(head, modeNames[mode]...), ' ')
+	head = append(strconv.AppendInt(head, now, 10), ' ')
+	head = append(strconv.AppendInt(head, b.Cost, 10), ' ')
+	head = append(strconv.AppendUint(head, b.Ticket, 10), ' ')
+	head = strconv.AppendInt(head, int64(len(idx)), 10)
+	c.args = append(c.args[:0], string(head))
 	for _, i := range idx {
 		op := &b.Ops[i]
 		key := s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
+		var start, end int64
+		if aligned(&op.Params) {
+			start, end = algo.WindowAt(&op.Params, ref)
+			key = windowKey(key, start)
+		}
 		c.keys = append(c.keys, key)
 		if op.Params.Algorithm == store.Concurrency {
 			c.keys = append(c.keys, key+leaseSet)
 		}
-		c.args = append(c.args, ruleText(op, ref))
+		c.args = append(c.args, ruleText(op, start, end))
 		if refund {
 			stamp := op.Stamp
 			if stamps != nil {
@@ -150,9 +165,10 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 
 // ruleText is op's rule as the script reads it, such as
 // "gcra limit=100 window=60000000 burst=20": fields at their defaults
-// (burst 0, align first_hit, no shadow) are left out. Calendar windows
-// carry the boundaries of the windows around ref.
-func ruleText(op *store.Op, ref int64) string {
+// (burst 0, align first_hit, no shadow) are left out. An aligned window
+// carries the window [start, end) its key names (end only for calendar
+// windows: a clock window's is start + window).
+func ruleText(op *store.Op, start, end int64) string {
 	p := &op.Params
 	t := make([]byte, 0, 96)
 	t = append(t, p.Algorithm.String()...)
@@ -164,16 +180,11 @@ func ruleText(op *store.Op, ref int64) string {
 	if p.Algorithm == store.SlidingWindow {
 		t = strconv.AppendInt(append(t, " buckets="...), p.Buckets, 10)
 	}
-	if p.Algorithm == store.FixedWindow && p.Align != store.AlignFirstHit {
+	if aligned(p) {
 		t = append(append(t, " align="...), p.Align.String()...)
-		if p.Align == store.AlignDay || p.Align == store.AlignMonth {
-			t = append(t, " bounds="...)
-			for j, v := range calBounds(p, ref) {
-				if j > 0 {
-					t = append(t, ',')
-				}
-				t = strconv.AppendInt(t, v, 10)
-			}
+		t = strconv.AppendInt(append(t, " start="...), start, 10)
+		if p.Align != store.AlignClock {
+			t = strconv.AppendInt(append(t, " end="...), end, 10)
 		}
 	}
 	if op.Shadow {

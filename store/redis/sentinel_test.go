@@ -141,7 +141,7 @@ func plannedFailover(t *testing.T, args []string, noPause bool) {
 	scope, _ := lim.StateScope("ledger")
 	for u := range users {
 		sum += admitted[u].Load()
-		if v, err := replica.Do("GET", s.StateKey(scope, "u"+strconv.Itoa(u), store.FixedWindow)); err == nil && v != "" {
+		if v, err := replica.Do("HGET", s.StateKey(scope, "u"+strconv.Itoa(u), store.FixedWindow), "n"); err == nil && v != "" {
 			counted += fixedCount(t, v)
 		}
 	}

@@ -308,12 +308,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 	}
 	calls = calls[:0]
 	for _, g := range gs {
-		switch {
-		case g.refused:
-		case g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1:
-			s.build(&g.c, b, g.idx, g.mode(mode), now, g.c.reply[1], stamps)
-			calls = append(calls, &g.c)
-		case mode != modeCompensate && retryable(ctx, g.c.err):
+		if !g.refused && mode != modeCompensate && retryable(ctx, g.c.err) {
 			calls = append(calls, &g.c)
 		}
 	}
@@ -321,6 +316,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 		s.run.run(ctx, calls)
 	}
 	gs = s.settle(ctx, b, gs, mode, now, ref, stamps)
+	s.rename(ctx, b, gs, mode, now, stamps)
 	var first error
 	for _, g := range gs {
 		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
@@ -363,6 +359,26 @@ func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
 		if b.Mode == store.Record || st == statusCharged {
 			op.Stamp = v[replyStamp]
 		}
+	}
+}
+
+// rename sends again, named at the server's reading, the calls of gs that
+// missed (an aligned window's key named for another window than the one
+// holding the server's time: clocks that straddle a boundary, or a call
+// sent again after a wait), up to three times.
+func (s *Store) rename(ctx context.Context, b *store.Batch, gs []*group, mode int, now int64, stamps []int64) {
+	for range 3 {
+		var calls []*call
+		for _, g := range gs {
+			if !g.refused && g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1 {
+				s.build(&g.c, b, g.idx, g.mode(mode), now, g.c.reply[1], stamps)
+				calls = append(calls, &g.c)
+			}
+		}
+		if len(calls) == 0 {
+			return
+		}
+		s.run.run(ctx, calls)
 	}
 }
 

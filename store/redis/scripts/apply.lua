@@ -1,9 +1,9 @@
 -- floodgate: apply batches of rule operations, each in one atomic step.
 --
--- ARGV holds one or more batches (decisions), one after another: mode
--- (consume, peek, record, refund, reset, or compensate: a refund that keeps
--- no spent-ticket record), now (µs, or -1 for the server's TIME), cost,
--- ticket, the number of ops; then per op its rule, such as
+-- ARGV holds one or more batches (decisions), one after another: a head,
+-- "mode now cost ticket ops" in one argument (mode consume, peek, record,
+-- refund, reset, or compensate: a refund that keeps no spent-ticket record;
+-- now in µs, or -1 for the server's TIME); then per op its rule, such as
 -- "gcra limit=100 window=60000000 burst=20" (see args.lua), and for refunds
 -- the stamp. KEYS holds each batch's keys in the same order: each op's
 -- state key (a concurrency op has a second, its lease set), then, for a
@@ -13,11 +13,11 @@
 -- atomically and independently of the others, exactly as alone: an array
 -- of integers, allowed and now, then per op status, retry, remaining,
 -- reset and stamp (status 0 refused, 1 admitted, 2 admitted and charged,
--- 3 never: the cost exceeds the limit); or {-1, now} when the calendar
--- window holding now was not among the boundaries passed in (nothing has
--- changed; the caller retries); or the batch's error. Integers, not text:
--- Redis writes a reply's integers in C, string.format costs about 0.3 µs
--- a number.
+-- 3 never: the cost exceeds the limit); or {-1, now} when now is not in
+-- the window an aligned fixed window's key names (nothing has changed;
+-- the caller names the keys at now and retries); or the batch's error.
+-- Integers, not text: Redis writes a reply's integers in C, string.format
+-- costs about 0.3 µs a number.
 
 -- persist writes op's state back to expire when it means no key, or
 -- forgets it if that is now.
@@ -35,13 +35,23 @@ end
 local out = {}
 
 -- reply adds a batch's element: allowed and now, then per op status,
--- retry, remaining, reset and stamp.
+-- retry, remaining, reset and stamp. A one-op batch's (most of them) is
+-- made whole by one constructor: growing a table element by element
+-- reallocates it three times.
+local function status(op)
+  if op.took then return 2 elseif op.ok then return 1 elseif op.never then return 3 end
+  return 0
+end
 local function reply(b, allowed)
+  local ops = b.ops
+  if #ops == 1 then
+    local op = ops[1]
+    out[#out + 1] = {allowed and 1 or 0, now, status(op), op.retry, op.rem, op.reset, op.out}
+    return
+  end
   local r, n = {allowed and 1 or 0, now}, 2
-  for j = 1, #b.ops do local op = b.ops[j]
-    local status = 0
-    if op.took then status = 2 elseif op.ok then status = 1 elseif op.never then status = 3 end
-    r[n + 1], r[n + 2], r[n + 3], r[n + 4], r[n + 5] = status, op.retry, op.rem, op.reset, op.out
+  for j = 1, #ops do local op = ops[j]
+    r[n + 1], r[n + 2], r[n + 3], r[n + 4], r[n + 5] = status(op), op.retry, op.rem, op.reset, op.out
     n = n + 5
   end
   out[#out + 1] = r
@@ -67,6 +77,7 @@ local function refund(b)
     op.kind.load(op)
   end
   for j = 1, #b.ops do local op = b.ops[j]
+    if op.kind.missed and op.kind.missed(op) then return miss() end
     if op.exists and op.kind.inplace and not op.kind.normalize(op) then return miss() end
   end
   for j = 1, #b.ops do local op = b.ops[j]

@@ -2,26 +2,24 @@
 
 -- rule reads a rule: its algorithm, then name=value fields: limit, window
 -- (µs), burst, buckets (sliding windows), align (fixed windows: first_hit,
--- the default, clock, day or month; day and month come with bounds=b0,b1,
--- b2,b3, the boundaries of the calendar windows before, at and after the
--- caller's time, as Lua cannot read zones) and shadow=1. Rules repeat (one
--- per limiter rule, calendar bounds aside), so each is read once and kept,
--- across calls, up to maxrules of them.
+-- the default, clock, day or month; an aligned window comes with start, and
+-- a calendar one with end, the window its key names: Lua cannot read
+-- zones) and shadow=1. Rules repeat (one per limiter rule and window), so
+-- each is read once and kept, across calls, up to maxrules of them.
 local rules, nrules, maxrules = {}, 0, 4096
 local function rule(text)
   local r = rules[text]
   if r then return r end
   local name, rest = match(text, '^(%S+)(.*)$')
-  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', shadow = false}
+  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', start = 0, stop = 0, shadow = false}
   if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
   for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
     if k == 'align' then
       r.align = v
     elseif k == 'shadow' then
       r.shadow = v == '1'
-    elseif k == 'bounds' then
-      r.bounds = {}
-      for b in string.gmatch(v, '[^,]+') do r.bounds[#r.bounds + 1] = tonumber(b) end
+    elseif k == 'end' then
+      r.stop = tonumber(v)
     else
       r[k] = tonumber(v)
     end
@@ -30,9 +28,30 @@ local function rule(text)
   -- calendar day can last 25 hours and a month 31 days.
   r.lifetime = r.window
   if r.align == 'day' then r.lifetime = 25 * 3600e6 elseif r.align == 'month' then r.lifetime = 32 * 24 * 3600e6 end
+  if r.align == 'clock' then r.stop = r.start + r.window end
   if nrules >= maxrules then rules, nrules = {}, 0 end
   rules[text], nrules = r, nrules + 1
   return r
+end
+
+-- head reads a batch's head, "mode now cost ticket ops", such as
+-- "consume -1 1 0 1": the mode, the time (µs, or -1 for the server's
+-- TIME), the cost, the ticket and the number of ops, in one argument (each
+-- argument costs the server about 2,000 instructions). The heads that
+-- repeat (no ticket, the server's time) are read once and kept, across
+-- calls, up to maxheads of them.
+local heads, nheads, maxheads = {}, 0, 1024
+local function head(text)
+  local h = heads[text]
+  if h then return h end
+  local mode, t, cost, ticket, n = match(text, '^(%a+) (%-?%d+) (%d+) (%d+) (%d+)$')
+  if not n then error('floodgate: the batch head ' .. text .. ' is not "mode now cost ticket ops"') end
+  h = {mode = mode, now = tonumber(t), cost = min(tonumber(cost), MAX), ticket = ticket, n = tonumber(n)}
+  if ticket == '0' and t == '-1' then
+    if nheads >= maxheads then heads, nheads = {}, 0 end
+    heads[text], nheads = h, nheads + 1
+  end
+  return h
 end
 
 -- parse reads the batch at ARGV[i] and KEYS[k]; it returns the batch and
@@ -43,18 +62,20 @@ end
 local batch, pool = {ops = {}}, {}
 local function parse(i, k)
   local b = batch
-  b.mode, b.now, b.cost, b.ticket = ARGV[i], tonumber(ARGV[i + 1]), min(tonumber(ARGV[i + 2]), MAX), ARGV[i + 3]
-  b.keep, b.spent = 0, nil
+  local h = head(ARGV[i])
+  b.mode, b.now, b.cost, b.ticket = h.mode, h.now, h.cost, h.ticket
+  b.keep, b.spent = 0, false
   local refund = b.mode == 'refund' or b.mode == 'compensate'
-  local n = tonumber(ARGV[i + 4])
-  i = i + 5
+  local n = h.n
+  i = i + 1
   for j = 1, n do
     local r, op = rule(ARGV[i]), pool[j] or {}
     pool[j], b.ops[j] = op, op
-    op.kind, op.key, op.lkey, op.ticket, op.stamp = r.kind, KEYS[k], nil, b.ticket, 0
+    op.kind, op.key, op.lkey, op.ticket, op.stamp = r.kind, KEYS[k], false, b.ticket, 0
     op.limit, op.window, op.burst, op.buckets = r.limit, r.window, r.burst, r.buckets
-    op.align, op.bounds, op.shadow = r.align, r.bounds, r.shadow
+    op.align, op.start, op.stop, op.shadow = r.align, r.start, r.stop, r.shadow
     op.a, op.b, op.c, op.live, op.exists, op.dirty = 0, 0, 0, false, false, false
+    op.base, op.opened = 0, false
     op.ok, op.never, op.took, op.retry, op.rem, op.reset, op.out = false, false, false, 0, 0, 0, 0
     i, k = i + 1, k + 1
     if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end

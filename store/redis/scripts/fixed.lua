@@ -1,31 +1,65 @@
--- fixed_window: "n=7 start=... end=...": the units n counted in the window
--- [start, end) (µs), expiring with the window.
+-- fixed_window: the units counted in a window, as integers.
+--
+-- A clock- or calendar-aligned window is a bare counter in a key that
+-- names the window's start in Unix ms ("...}:fixed:1733220000000"): GET
+-- shows the count, PTTL the time to the window's end, and the next window
+-- is another key. The caller names the key (it is one of the call's keys,
+-- so Cluster routes it, and it is read with the call's others); a call
+-- whose clock is in another window is a miss, sent again named at the
+-- call's reading. A first-hit window is a hash in the rule key's own key,
+-- n the count and e the window's end (µs): its start is the key's first
+-- hit, so the key cannot name it. Both expire with their window.
+--
+-- A change is written by the command that makes it (INCRBY, HINCRBY), so
+-- a key keeps the TTL it was given when its window opened, however many
+-- of a call's decisions charge it; a window's first charge gives it that
+-- TTL.
 
-local fixed = texted({}, 'n=%d start=%d end=%d', '^n=(%-?%d+) start=(%-?%d+) end=(%-?%d+)$', 'b', 'a', 'c')
+local fixed = {}
 ALG.fixed_window = fixed
 
--- window returns the window [s, e) that opens at now, or nil. Calendar
--- windows (align day or month) come with the boundaries of the windows
--- before, at and after the caller's time: Lua cannot read zones.
-local function window(op)
-  if op.align == 'clock' then
-    local s = fdiv(now, op.window) * op.window
-    return s, s + op.window
-  elseif op.bounds then
-    local b = op.bounds
-    for j = 1, 3 do
-      if b[j] <= now and now < b[j + 1] then return b[j], b[j + 1] end
+-- load reads the count of the window the key names, if now is in it
+-- (aligned; op.a is -1 if not), or of the stored window (first hit).
+function fixed.load(op)
+  local k = op.key
+  if op.align == 'first_hit' then
+    local st = ints[k]
+    if st == nil then
+      st = false
+      -- A string here (the call's MGET read it) is an earlier build's
+      -- text state: it counts as absent, and opening a window replaces it.
+      if not cached[k] then
+        local v = redis.call('HMGET', k, 'n', 'e')
+        if v[1] and v[2] then st = {tonumber(v[1]), tonumber(v[2])} end
+      end
+      ints[k] = st
     end
-    return nil
+    if st then
+      op.b, op.c, op.a = st[1], st[2], st[2] - op.window
+      op.live, op.exists = true, true
+    end
+    op.base = op.b
+    return
   end
-  return now, now + op.window
+  if now < op.start or now >= op.stop then op.a = -1; return end
+  op.a, op.c, op.live = op.start, op.stop, true
+  local n = ints[k]
+  if n == nil then
+    n = tonumber(cached[k]) or false -- the call's MGET read it
+    ints[k] = n
+  end
+  if n then op.b, op.exists = n, true end
+  op.base = op.b
 end
 
+-- missed reports that the call's clock is not in the window the key
+-- names.
+function fixed.missed(op) return op.align ~= 'first_hit' and op.a < 0 end
+
 function fixed.normalize(op)
+  if op.align ~= 'first_hit' then return op.a >= 0 end
   if op.live and now < op.c then return true end
-  local s, e = window(op)
-  if not s then return false end
-  op.a, op.b, op.c, op.live, op.dirty = s, 0, e, true, true
+  op.a, op.b, op.c, op.live, op.dirty, op.opened = now, 0, now + op.window, true, true, true
   return true
 end
 
@@ -55,14 +89,29 @@ function fixed.expiry(op)
   return op.c
 end
 
--- A window keeps the TTL it was given when it opened: a charge in the same
--- window changes only the count (SET KEEPTTL, no new TTL to format).
-local load, save = fixed.load, fixed.save
-function fixed.load(op)
-  load(op)
-  op.opened = op.c
+-- save writes what the decision changed, by the difference from what was
+-- loaded; a window that opens gets its TTL (to its end, op.c).
+function fixed.save(op)
+  local k, d = op.key, op.b - op.base
+  if op.align ~= 'first_hit' then
+    if d == 0 then return end
+    local n = redis.call('INCRBY', k, d)
+    if n == d then redis.call('PEXPIRE', k, ttl(op.c)) end
+    ints[k], op.base = n, n
+    return
+  end
+  if op.opened then
+    if cached[k] then redis.call('DEL', k); cached[k] = false end
+    redis.call('HSET', k, 'n', op.b, 'e', op.c)
+    redis.call('PEXPIRE', k, ttl(op.c))
+    op.opened = false
+  elseif d ~= 0 then
+    redis.call('HINCRBY', k, 'n', d)
+  end
+  ints[k], op.base = {op.b, op.c}, op.b
 end
-function fixed.save(op, exp)
-  if op.exists and op.c == op.opened then exp = true end
-  save(op, exp)
+
+function fixed.forget(op)
+  redis.call('DEL', op.key)
+  ints[op.key] = false
 end

@@ -79,13 +79,18 @@ end
 -- changes in order, exactly as if each were its own call.
 local cached, pending = {}, {}
 
+-- ints holds the call's integer states (fixed windows, see fixed.lua) by
+-- key, as the call has left them: each is read once per call, and
+-- written by the command that changes it when it changes.
+local ints = {}
+
 -- begin clears what a call keeps: the library's locals outlive calls.
 local function begin(keys, args)
   if not floor then
     floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, _G.tonumber
   end
   KEYS, ARGV = keys, args
-  servernow, cached, pending, ttltext = nil, {}, {}, {}
+  servernow, cached, pending, ints, ttltext = nil, {}, {}, {}, {}
 end
 
 -- prefetch reads every key of the call (in chunks that fit Lua's stack).
