@@ -115,8 +115,12 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 			if !reflect.DeepEqual(p.reply, want[i]) {
 				t.Fatalf("round %d batch %d of %d (mode %v, ops %+v):\ncoalesced %v\nalone     %v", round, i, len(group), group[i].Mode, group[i].Ops, p.reply, want[i])
 			}
-			if group[i].Mode == floodgate.ModeConsume && want[i][0] == 1 {
-				admitted = append(admitted, done{group[i], want[i]})
+			r := want[i]
+			if p.c.aligned && !missed(&call{reply: r}) {
+				r = expandAligned(&call{reply: r, spans: p.c.spans}, group[i], opIndexes(group[i]))
+			}
+			if group[i].Mode == floodgate.ModeConsume && r[0] == 1 {
+				admitted = append(admitted, done{group[i], r})
 			}
 		}
 		batches += len(group)

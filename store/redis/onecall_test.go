@@ -18,11 +18,16 @@ import (
 // and returns each batch's reply.
 func sendTogether(t *testing.T, s *Store, bs ...*store.Batch) [][]int64 {
 	t.Helper()
+	return sendNamedAt(t, s, time.Now().UnixMicro(), bs...)
+}
+
+// sendNamedAt is sendTogether with aligned windows named at ref (µs).
+func sendNamedAt(t *testing.T, s *Store, ref int64, bs ...*store.Batch) [][]int64 {
+	t.Helper()
 	ps := make([]*pending, len(bs))
-	now := time.Now().UnixMicro()
 	for i, b := range bs {
 		c := &call{}
-		s.build(c, b, opIndexes(b), int(b.Mode), -1, now, nil)
+		s.build(c, b, opIndexes(b), int(b.Mode), -1, ref, nil)
 		ps[i] = &pending{c: c, done: make(chan struct{})}
 	}
 	s.run.(*coalescer).send(ps)
@@ -31,7 +36,12 @@ func sendTogether(t *testing.T, s *Store, bs ...*store.Batch) [][]int64 {
 		if p.err != nil {
 			t.Fatalf("batch %d: %v", i, p.err)
 		}
-		out[i] = p.reply
+		c := p.c
+		c.reply = p.reply
+		if c.aligned && !missed(c) {
+			c.reply = expandAligned(c, bs[i], opIndexes(bs[i]))
+		}
+		out[i] = c.reply
 	}
 	return out
 }
@@ -189,16 +199,7 @@ func TestAlignedWindowNamedForAnotherWindowMisses(t *testing.T) {
 	op := store.Op{Scope: "miss/r@1m", Key: "user:1",
 		Params: store.Params{Algorithm: store.FixedWindow, Limit: 10, Window: time.Minute, Align: store.AlignClock}}
 	b := &store.Batch{Mode: store.Consume, Cost: 1, Ticket: 1, Ops: []store.Op{op}}
-	send := func(ref int64) []int64 {
-		c := &call{}
-		s.build(c, b, opIndexes(b), int(store.Consume), -1, ref, nil)
-		p := &pending{c: c, done: make(chan struct{})}
-		s.run.(*coalescer).send([]*pending{p})
-		if p.err != nil {
-			t.Fatal(p.err)
-		}
-		return p.reply
-	}
+	send := func(ref int64) []int64 { return sendNamedAt(t, s, ref, b)[0] }
 	r := send(time.Now().Add(-time.Hour).UnixMicro())
 	if len(r) != 2 || r[0] != -1 {
 		t.Fatalf("named an hour ago: reply %v, want a miss {-1, now}", r)

@@ -16,6 +16,11 @@ type call struct {
 	args  []string
 	reply []int64
 	err   error
+
+	// aligned marks a call built by buildAligned, whose reply expandAligned
+	// reads; spans holds its ops' windows, start and end (µs) for each.
+	aligned bool
+	spans   []int64
 }
 
 // runner runs script calls and fills each call's reply or err: a
@@ -205,23 +210,37 @@ func serverErr(err error) error {
 	return err
 }
 
-// decode reads the script's reply to a call of len(replies) batches, an
-// element per batch, into each batch's numbers or error (a *serverError);
-// it returns the call's own error.
+// decode reads the script's reply to a call of len(replies) batches, one
+// flat array holding, batch after batch, the count of a batch's numbers
+// and the numbers, or the batch's error (see scripts/apply.lua), into each
+// batch's numbers or error (a *serverError); it returns the call's own
+// error.
 func decode(res rueidis.RedisResult, replies [][]int64, errs []error) error {
 	elems, err := res.ToArray()
 	if err != nil {
 		return serverErr(err)
 	}
-	if len(elems) != len(replies) {
-		return fmt.Errorf("redis: script replied for %d batches, want %d", len(elems), len(replies))
-	}
-	for i := range elems {
+	b, i := 0, 0
+	for ; i < len(elems) && b < len(replies); b++ {
 		if e := elems[i].Error(); e != nil {
-			errs[i] = serverErr(e) // such as "ERR ..." or "WRONGTYPE ..."
-		} else if replies[i], err = elems[i].AsIntSlice(); err != nil {
-			errs[i] = fmt.Errorf("redis: unexpected script reply: %w", err)
+			errs[b] = serverErr(e) // such as "ERR ..." or "WRONGTYPE ..."
+			i++
+			continue
 		}
+		n, err := elems[i].AsInt64()
+		if err != nil || n < 0 || n > int64(len(elems)-i-1) {
+			return fmt.Errorf("redis: unexpected script reply: batch %d's count %d (%v) in %d values", b, n, err, len(elems))
+		}
+		r := make([]int64, n)
+		for j := range r {
+			if r[j], err = elems[i+1+j].AsInt64(); err != nil {
+				return fmt.Errorf("redis: unexpected script reply: %w", err)
+			}
+		}
+		replies[b], i = r, i+1+int(n)
+	}
+	if b != len(replies) || i != len(elems) {
+		return fmt.Errorf("redis: script replied for %d batches (%d values), want %d", b, len(elems), len(replies))
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ var scriptFiles embed.FS
 // upgrade) is never called with this version's arguments.
 var library, function = func() (string, string) {
 	var b strings.Builder
-	for _, name := range []string{"lib", "fixed", "bucket", "sliding", "concurrency", "args", "apply"} {
+	for _, name := range []string{"lib", "fixed", "aligned", "bucket", "sliding", "concurrency", "args", "apply"} {
 		src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
 		if err != nil {
 			panic(err) // embedded: cannot happen
@@ -127,8 +127,12 @@ func windowKey(state string, start int64) string {
 // with its reading as ref); stamps, when not nil, replace the ops' stamps
 // (a compensation's).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
+	c.keys, c.aligned = c.keys[:0], false
+	if mode == int(store.Consume) && b.Cost > 0 && allAligned(b, idx) {
+		s.buildAligned(c, b, idx, now, ref)
+		return
+	}
 	refund := mode == int(store.Refund) || mode == modeCompensate
-	c.keys = c.keys[:0]
 	head := make([]byte, 0, 48)
 	head = append(append(head, modeNames[mode]...), ' ')
 	head = append(strconv.AppendInt(head, now, 10), ' ')
@@ -161,6 +165,85 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 		op := &b.Ops[idx[0]]
 		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
 	}
+}
+
+// allAligned reports whether every op at idx of b is an aligned window.
+func allAligned(b *store.Batch, idx []int) bool {
+	for _, i := range idx {
+		if !aligned(&b.Ops[i].Params) {
+			return false
+		}
+	}
+	return true
+}
+
+// buildAligned fills c for a consume whose every op is an aligned window,
+// the common case that scripts/aligned.lua runs in straight lines: one
+// argument, "aligned now cost ops", then per op its limit, the window its
+// key names (start and end, µs) and 1 for a shadow rule or 0, such as
+// "aligned -1 1 1 100 1733220000000000 1733220060000000 0".
+func (s *Store) buildAligned(c *call, b *store.Batch, idx []int, now, ref int64) {
+	t := make([]byte, 0, 24+48*len(idx))
+	t = append(t, "aligned "...)
+	t = append(strconv.AppendInt(t, now, 10), ' ')
+	t = append(strconv.AppendInt(t, b.Cost, 10), ' ')
+	t = strconv.AppendInt(t, int64(len(idx)), 10)
+	c.aligned, c.spans = true, c.spans[:0]
+	for _, i := range idx {
+		op := &b.Ops[i]
+		start, end := algo.WindowAt(&op.Params, ref)
+		c.spans = append(c.spans, start, end)
+		c.keys = append(c.keys, windowKey(s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow]), start))
+		t = strconv.AppendInt(append(t, ' '), op.Params.Limit, 10)
+		t = strconv.AppendInt(append(t, ' '), start, 10)
+		t = strconv.AppendInt(append(t, ' '), end, 10)
+		if op.Shadow {
+			t = append(t, " 1"...)
+		} else {
+			t = append(t, " 0"...)
+		}
+	}
+	c.args = append(c.args[:0], string(t))
+}
+
+// expandAligned turns the reply to c, an aligned batch of the ops at idx
+// of b (now, then per op the count its window held before the decision),
+// into the reply decide gives (see scripts/apply.lua), working out what
+// the script did as it did: the batch is admitted if every enforced op's
+// window has room for the cost, and then each op with room is charged.
+func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
+	raw := c.reply
+	if len(raw) != 1+len(idx) {
+		return raw // the length check of exec reports it
+	}
+	now, cost, allowed := raw[0], b.Cost, true
+	for j, i := range idx {
+		if op := &b.Ops[i]; raw[1+j]+cost > op.Params.Limit && !op.Shadow {
+			allowed = false
+		}
+	}
+	r := make([]int64, 2+replyPerOp*len(idx))
+	r[0], r[1] = 0, now
+	if allowed {
+		r[0] = 1
+	}
+	for j, i := range idx {
+		limit, before := b.Ops[i].Params.Limit, raw[1+j]
+		start, end := c.spans[2*j], c.spans[2*j+1]
+		v := r[2+replyPerOp*j : 2+replyPerOp*(j+1)]
+		v[replyRemaining], v[replyReset] = max(0, limit-before), end-now
+		switch {
+		case before+cost <= limit && allowed:
+			v[replyStatus], v[replyRemaining], v[replyStamp] = statusCharged, limit-before-cost, start
+		case before+cost <= limit:
+			v[replyStatus] = statusAdmitted
+		case cost > limit:
+			v[replyStatus] = statusNever
+		default:
+			v[replyStatus], v[replyRetry] = statusRefused, end-now
+		}
+	}
+	return r
 }
 
 // ruleText is op's rule as the script reads it, such as

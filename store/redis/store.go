@@ -319,6 +319,9 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 	s.rename(ctx, b, gs, mode, now, stamps)
 	var first error
 	for _, g := range gs {
+		if g.c.err == nil && g.c.aligned && !missed(&g.c) {
+			g.c.reply = expandAligned(&g.c, b, g.idx)
+		}
 		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
 			g.c.err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
 		}
@@ -370,7 +373,7 @@ func (s *Store) rename(ctx context.Context, b *store.Batch, gs []*group, mode in
 	for range 3 {
 		var calls []*call
 		for _, g := range gs {
-			if !g.refused && g.c.err == nil && len(g.c.reply) == 2 && g.c.reply[0] == -1 {
+			if !g.refused && missed(&g.c) {
 				s.build(&g.c, b, g.idx, g.mode(mode), now, g.c.reply[1], stamps)
 				calls = append(calls, &g.c)
 			}
@@ -380,6 +383,12 @@ func (s *Store) rename(ctx context.Context, b *store.Batch, gs []*group, mode in
 		}
 		s.run.run(ctx, calls)
 	}
+}
+
+// missed reports whether c's reply is a miss: an aligned window's key
+// named for another window than the one holding the script's time.
+func missed(c *call) bool {
+	return c.err == nil && len(c.reply) == 2 && c.reply[0] == -1
 }
 
 // compensate gives back what the groups of a cross-slot consume took when

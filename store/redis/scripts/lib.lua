@@ -1,8 +1,8 @@
 -- floodgate: what every algorithm's script shares. The scripts are one
--- Redis Functions library, in the order lib, fixed, bucket, sliding,
--- concurrency, args, apply (see apply.lua for the call): the library is
--- loaded once per node, and each call runs only the function. Each file
--- ports its part of internal/algo.
+-- Redis Functions library, in the order lib, fixed, aligned, bucket,
+-- sliding, concurrency, args, apply (see apply.lua for the call): the
+-- library is loaded once per node, and each call runs only the function.
+-- Each file ports its part of internal/algo.
 --
 -- Every quantity is an integer number of microseconds or units held in a
 -- Lua number (a double), exact below 2^53, which rule validation keeps the
@@ -59,9 +59,10 @@ end
 -- in decimal: redis.call formats a number argument with "%.17g", which
 -- costs more than the SET it is for. TTLs repeat (a window, a
 -- millisecond), so each is formatted once per call.
-local ttltext = {}
+local ttltext = nil
 local function ttl(exp)
   local ms = max(1, ceildiv(exp - now, 1000)) + slack
+  if not ttltext then ttltext = {} end
   local t = ttltext[ms]
   if not t then
     t = format('%d', ms)
@@ -84,19 +85,47 @@ local cached, pending = {}, {}
 -- written by the command that changes it when it changes.
 local ints = {}
 
+-- out is the call's reply and nout its length (see apply.lua). The table
+-- outlives the call (Redis has read it when the next begins), and a
+-- call's reply shorter than the last is cut to nout at its end.
+local out, nout = {}, 0
+
+-- miss adds the reply of a batch whose clock is not in the window an
+-- aligned key names.
+local function miss()
+  out[nout + 1], out[nout + 2], out[nout + 3] = 2, -1, now
+  nout = nout + 3
+end
+
+-- fetched reports that the call's MGET has run (see prefetch).
+local fetched = false
+
 -- begin clears what a call keeps: the library's locals outlive calls.
+-- The tables of the states read are made by prefetch, for the calls that
+-- read states (making a table costs about 400 instructions).
 local function begin(keys, args)
   if not floor then
     floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, _G.tonumber
   end
   KEYS, ARGV = keys, args
-  servernow, cached, pending, ints, ttltext = nil, {}, {}, {}, {}
+  servernow, ttltext, fetched, nout = nil, nil, false, 0
 end
 
--- prefetch reads every key of the call (in chunks that fit Lua's stack).
+-- finish cuts out to the call's reply.
+local function finish()
+  for j = nout + 1, #out do out[j] = nil end
+  return out
+end
+
+-- prefetch reads every key of the call (in chunks that fit Lua's stack),
+-- once, before the first batch that loads state (aligned batches do not).
 -- MGET answers nil for a key of another type (a sliding window's hash, a
--- lease set), which only string states are read through.
+-- lease set), which only string states are read through. A key an earlier
+-- batch of the call changed is read as it left it: those changes are
+-- written through (see ints).
 local function prefetch()
+  if fetched then return end
+  fetched, cached, pending, ints = true, {}, {}, {}
   for s = 1, #KEYS, 1000 do
     local e = min(s + 999, #KEYS)
     local vs = redis.call('MGET', unpack(KEYS, s, e))
@@ -107,6 +136,7 @@ end
 -- flush writes the changed keys: text with a TTL of ms, or keeping the
 -- TTL the key had before the call when ms is true, or false to delete.
 local function flush()
+  if not fetched then return end
   for key, ms in pairs(pending) do
     local v = cached[key]
     if not v then
