@@ -417,8 +417,12 @@ func floorTable(cs []namedDecide, callers []int, rounds int, d time.Duration, sa
 		name, target string
 		f            func(n string) float64
 	}{
-		{"floodgate-1rule-clock server CPU / floor-1key", "≤ 1.3 (1), ≤ 1.0 (128)", func(n string) float64 { return med[n+"/floodgate-1rule-clock"].serverUS / med[n+"/floor-1key"].serverUS }},
-		{"floodgate-3rules-clock server CPU / floor-3keys", "≤ 1.3 (1), ≤ 1.0 (128)", func(n string) float64 { return med[n+"/floodgate-3rules-clock"].serverUS / med[n+"/floor-3keys"].serverUS }},
+		{"floodgate-1rule-clock server CPU / floor-1key", "≤ 1.3 (1), ≤ 1.0 (128)", func(n string) float64 {
+			return med[n+"/floodgate-1rule-clock"].serverUS / med[n+"/floor-1key"].serverUS
+		}},
+		{"floodgate-3rules-clock server CPU / floor-3keys", "≤ 1.3 (1), ≤ 1.0 (128)", func(n string) float64 {
+			return med[n+"/floodgate-3rules-clock"].serverUS / med[n+"/floor-3keys"].serverUS
+		}},
 		{"floodgate-1rule-clock decisions/s / redis_rate", "≥ 2 (128)", func(n string) float64 { return med[n+"/floodgate-1rule-clock"].rate / med[n+"/redis_rate"].rate }},
 		{"floodgate-3rules-clock decisions/s / redis_rate", "≥ 2 (128)", func(n string) float64 { return med[n+"/floodgate-3rules-clock"].rate / med[n+"/redis_rate"].rate }},
 		{"floodgate-1rule server CPU / floor-1key", "", func(n string) float64 { return med[n+"/floodgate-1rule"].serverUS / med[n+"/floor-1key"].serverUS }},
