@@ -151,6 +151,10 @@ func (co *coalescer) send(batch []*pending) {
 		defer cancel()
 	}
 	c := batch[0].c
+	shapes := make([]shape, len(batch))
+	for i, p := range batch {
+		shapes[i] = p.c.shape
+	}
 	if len(batch) > 1 {
 		c = &call{}
 		for _, p := range batch {
@@ -160,7 +164,7 @@ func (co *coalescer) send(batch []*pending) {
 	}
 	replies := make([][]int64, len(batch))
 	errs := make([]error, len(batch))
-	err := decode(co.eval(ctx, []*call{c})[0], replies, errs)
+	err := decode(co.eval(ctx, []*call{c})[0], shapes, replies, errs)
 	for i, p := range batch {
 		p.reply, p.err = replies[i], errs[i]
 	}

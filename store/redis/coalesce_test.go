@@ -116,7 +116,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 				t.Fatalf("round %d batch %d of %d (mode %v, ops %+v):\ncoalesced %v\nalone     %v", round, i, len(group), group[i].Mode, group[i].Ops, p.reply, want[i])
 			}
 			r := want[i]
-			if p.c.aligned && !missed(&call{reply: r}) {
+			if p.c.shape.aligned && !missed(&call{reply: r}) {
 				r = expandAligned(&call{reply: r, spans: p.c.spans}, group[i], opIndexes(group[i]))
 			}
 			if group[i].Mode == floodgate.ModeConsume && r[0] == 1 {

@@ -38,7 +38,7 @@ func sendNamedAt(t *testing.T, s *Store, ref int64, bs ...*store.Batch) [][]int6
 		}
 		c := p.c
 		c.reply = p.reply
-		if c.aligned && !missed(c) {
+		if c.shape.aligned && !missed(c) {
 			c.reply = expandAligned(c, bs[i], opIndexes(bs[i]))
 		}
 		out[i] = c.reply

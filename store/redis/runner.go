@@ -17,10 +17,16 @@ type call struct {
 	reply []int64
 	err   error
 
-	// aligned marks a call built by buildAligned, whose reply expandAligned
-	// reads; spans holds its ops' windows, start and end (µs) for each.
-	aligned bool
-	spans   []int64
+	shape shape
+	spans []int64 // an aligned call's windows, start and end (µs) per op
+}
+
+// shape is what reading a call's reply takes knowing of what was sent:
+// the reply's length follows from it (see scripts/apply.lua).
+type shape struct {
+	aligned bool  // built by buildAligned: expandAligned reads the reply
+	ops     int   // the batch's ops
+	now     int64 // the time the batch was sent with (µs), or -1: the server's
 }
 
 // runner runs script calls and fills each call's reply or err: a
@@ -184,7 +190,7 @@ func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 	for i, res := range r.eval(ctx, calls) {
 		var replies [1][]int64
 		var errs [1]error
-		err := decode(res, replies[:], errs[:])
+		err := decode(res, []shape{calls[i].shape}, replies[:], errs[:])
 		if err == nil {
 			err = errs[0]
 		}
@@ -210,37 +216,80 @@ func serverErr(err error) error {
 	return err
 }
 
-// decode reads the script's reply to a call of len(replies) batches, one
-// flat array holding, batch after batch, the count of a batch's numbers
-// and the numbers, or the batch's error (see scripts/apply.lua), into each
-// batch's numbers or error (a *serverError); it returns the call's own
-// error.
-func decode(res rueidis.RedisResult, replies [][]int64, errs []error) error {
+// decode reads the script's reply to a call of the batches shaped as
+// shapes (see scripts/apply.lua) into each batch's numbers, as decide
+// gives them or an aligned batch's now and counts, or its error (a
+// *serverError); it returns the call's own error.
+func decode(res rueidis.RedisResult, shapes []shape, replies [][]int64, errs []error) error {
 	elems, err := res.ToArray()
 	if err != nil {
 		return serverErr(err)
 	}
-	b, i := 0, 0
-	for ; i < len(elems) && b < len(replies); b++ {
+	bad := func(what string, err error) error {
+		return fmt.Errorf("redis: unexpected script reply of %d values for %d batches: %s: %v", len(elems), len(shapes), what, err)
+	}
+	if len(elems) == 0 {
+		return bad("empty", nil)
+	}
+	server, err := elems[0].AsInt64()
+	if err != nil {
+		return bad("the server's time", err)
+	}
+	now := func(sh shape) int64 { // an aligned batch's time
+		if sh.now >= 0 {
+			return sh.now
+		}
+		return server
+	}
+	i := 1
+	ints := func(n int) ([]int64, error) {
+		if n > len(elems)-i {
+			return nil, bad("too short", nil)
+		}
+		r := make([]int64, n)
+		for j := range r {
+			if r[j], err = elems[i+j].AsInt64(); err != nil {
+				return nil, bad("a number", err)
+			}
+		}
+		i += n
+		return r, nil
+	}
+	for b, sh := range shapes {
+		if i == len(elems) {
+			return bad("too short", nil)
+		}
 		if e := elems[i].Error(); e != nil {
 			errs[b] = serverErr(e) // such as "ERR ..." or "WRONGTYPE ..."
 			i++
 			continue
 		}
-		n, err := elems[i].AsInt64()
-		if err != nil || n < 0 || n > int64(len(elems)-i-1) {
-			return fmt.Errorf("redis: unexpected script reply: batch %d's count %d (%v) in %d values", b, n, err, len(elems))
+		first, err := elems[i].AsInt64()
+		if err != nil {
+			return bad("a number", err)
 		}
-		r := make([]int64, n)
-		for j := range r {
-			if r[j], err = elems[i+1+j].AsInt64(); err != nil {
-				return fmt.Errorf("redis: unexpected script reply: %w", err)
+		var r []int64
+		switch {
+		case sh.aligned && first == -1: // a miss
+			i++
+			r = []int64{-1, now(sh)}
+		case sh.aligned:
+			if r, err = ints(sh.ops); err != nil {
+				return err
 			}
+			r = append([]int64{now(sh)}, r...)
+		case first == -1: // a miss: -1, now
+			r, err = ints(2)
+		default:
+			r, err = ints(2 + replyPerOp*sh.ops)
 		}
-		replies[b], i = r, i+1+int(n)
+		if err != nil {
+			return err
+		}
+		replies[b] = r
 	}
-	if b != len(replies) || i != len(elems) {
-		return fmt.Errorf("redis: script replied for %d batches (%d values), want %d", b, len(elems), len(replies))
+	if i != len(elems) {
+		return bad("too long", nil)
 	}
 	return nil
 }

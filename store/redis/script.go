@@ -127,7 +127,7 @@ func windowKey(state string, start int64) string {
 // with its reading as ref); stamps, when not nil, replace the ops' stamps
 // (a compensation's).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
-	c.keys, c.aligned = c.keys[:0], false
+	c.keys, c.shape = c.keys[:0], shape{ops: len(idx), now: now}
 	if mode == int(store.Consume) && b.Cost > 0 && allAligned(b, idx) {
 		s.buildAligned(c, b, idx, now, ref)
 		return
@@ -188,7 +188,7 @@ func (s *Store) buildAligned(c *call, b *store.Batch, idx []int, now, ref int64)
 	t = append(strconv.AppendInt(t, now, 10), ' ')
 	t = append(strconv.AppendInt(t, b.Cost, 10), ' ')
 	t = strconv.AppendInt(t, int64(len(idx)), 10)
-	c.aligned, c.spans = true, c.spans[:0]
+	c.shape.aligned, c.spans = true, c.spans[:0]
 	for _, i := range idx {
 		op := &b.Ops[i]
 		start, end := algo.WindowAt(&op.Params, ref)

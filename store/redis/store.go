@@ -319,7 +319,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 	s.rename(ctx, b, gs, mode, now, stamps)
 	var first error
 	for _, g := range gs {
-		if g.c.err == nil && g.c.aligned && !missed(&g.c) {
+		if g.c.err == nil && g.c.shape.aligned && !missed(&g.c) {
 			g.c.reply = expandAligned(&g.c, b, g.idx)
 		}
 		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {

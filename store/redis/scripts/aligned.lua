@@ -54,26 +54,29 @@ local function giveback(key, s)
 end
 
 -- aligned applies the batch whose head is s and whose keys start at
--- KEYS[k], and adds its reply: n + 1 (the count of its numbers), now, and
--- per op the count its window held before the decision, from which the
--- caller works out the rest (store/redis/script.go's expandAligned), or a
--- miss (see apply.lua). A number of a reply costs the server about 800
--- instructions.
+-- KEYS[k], and adds its reply: per op the count its window held before
+-- the decision, from which the caller works out the rest (now is the
+-- call's, or the head's; see store/redis/script.go's expandAligned), or -1
+-- alone, a miss (see apply.lua).
 local function aligned(s, k)
   settime(s.now)
   local cost, n, m = s.cost, s.n, nout
   for j = 1, n do local r = s[j]
-    if now < r.start or now >= r.stop then return miss() end
+    if now < r.start or now >= r.stop then
+      out[m + 1], nout = -1, m + 1
+      return
+    end
   end
-  out[m + 1], out[m + 2] = n + 1, now
   local allowed = true
   for j = 1, n do local r = s[j]
-    local c = charge(KEYS[k + j - 1], s, r.stop)
-    out[m + 2 + j] = c - cost
-    if c > r.limit and not r.shadow then allowed = false end
+    -- A count is never negative (-1 is a miss), and the caller decides
+    -- by the count it is sent, as the script does.
+    local before = max(0, charge(KEYS[k + j - 1], s, r.stop) - cost)
+    out[m + j] = before
+    if before + cost > r.limit and not r.shadow then allowed = false end
   end
   for j = 1, n do
-    if not allowed or out[m + 2 + j] + cost > s[j].limit then giveback(KEYS[k + j - 1], s) end
+    if not allowed or out[m + j] + cost > s[j].limit then giveback(KEYS[k + j - 1], s) end
   end
-  nout = m + 2 + n
+  nout = m + n
 end

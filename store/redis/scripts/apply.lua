@@ -9,17 +9,20 @@
 -- state key (a concurrency op has a second, its lease set), then, for a
 -- refund, its spent-ticket key.
 --
--- The reply is one flat array, batch after batch, each applied atomically
--- and independently of the others, exactly as alone: the count of the
--- batch's integers, then the integers, allowed and now, then per op
--- status, retry, remaining, reset and stamp (status 0 refused, 1 admitted,
--- 2 admitted and charged, 3 never: the cost exceeds the limit); or 2, -1,
--- now when now is not in the window an aligned fixed window's key names
--- (nothing has changed; the caller names the keys at now and retries); or
--- the batch's error, alone. Integers, not text: Redis writes a reply's
--- integers in C, string.format costs about 0.3 µs a number; one array, not
--- one per batch: Redis converts each table of a reply at about 8,000
--- instructions, more than the numbers in it.
+-- The reply is one flat array: the server's time (µs) if the call read
+-- it, else -1; then batch after batch, each applied atomically and
+-- independently of the others, exactly as alone: allowed and now, then per
+-- op status, retry, remaining, reset and stamp (status 0 refused, 1
+-- admitted, 2 admitted and charged, 3 never: the cost exceeds the limit);
+-- or -1 and now when now is not in the window an aligned fixed window's key
+-- names (nothing has changed; the caller names the keys at now and
+-- retries); or the batch's error, alone; an aligned batch's is its own
+-- (see aligned.lua). The caller knows each batch's length from what it
+-- sent. Integers, not text: Redis writes a reply's integers in C,
+-- string.format costs about 0.3 µs a number. Each number still costs the
+-- server about 800 instructions, and each table of a reply about 8,000,
+-- more than the numbers in it: hence one array, and nothing the caller
+-- can work out.
 
 -- persist writes op's state back to expire when it means no key, or
 -- forgets it if that is now.
@@ -40,8 +43,8 @@ local function status(op)
 end
 local function reply(b, allowed)
   local ops, n = b.ops, nout
-  out[n + 1], out[n + 2], out[n + 3] = 2 + 5 * #ops, allowed and 1 or 0, now
-  n = n + 3
+  out[n + 1], out[n + 2] = allowed and 1 or 0, now
+  n = n + 2
   for j = 1, #ops do local op = ops[j]
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status(op), op.retry, op.rem, op.reset, op.out
     n = n + 5

@@ -93,8 +93,8 @@ local out, nout = {}, 0
 -- miss adds the reply of a batch whose clock is not in the window an
 -- aligned key names.
 local function miss()
-  out[nout + 1], out[nout + 2], out[nout + 3] = 2, -1, now
-  nout = nout + 3
+  out[nout + 1], out[nout + 2] = -1, now
+  nout = nout + 2
 end
 
 -- fetched reports that the call's MGET has run (see prefetch).
@@ -108,11 +108,13 @@ local function begin(keys, args)
     floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, _G.tonumber
   end
   KEYS, ARGV = keys, args
-  servernow, ttltext, fetched, nout = nil, nil, false, 0
+  servernow, ttltext, fetched, nout = nil, nil, false, 1 -- out[1]: see finish
 end
 
--- finish cuts out to the call's reply.
+-- finish puts the server's time, if the call read it, else -1, first in
+-- the reply, and cuts out to the call's reply.
 local function finish()
+  out[1] = servernow or -1
   for j = nout + 1, #out do out[j] = nil end
   return out
 end
