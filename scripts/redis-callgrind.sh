@@ -4,10 +4,11 @@
 #
 #   scripts/redis-callgrind.sh WORKLOAD PER CALLS
 #
-# WORKLOAD is fixed, fixed-clock or bucket (floodgate's function, one rule,
-# PER decisions coalesced into each of CALLS calls) or floor (the minimal
-# one-key INCRBY script, CALLS calls, PER ignored). Needs valgrind and
-# redis-server (apt-get install valgrind redis-server). About a minute.
+# WORKLOAD is fixed, fixed-clock, fixed-clock-3 (three clock-aligned rules)
+# or bucket (floodgate's function, PER decisions coalesced into each of
+# CALLS calls), or floor or floor-3 (the minimal INCRBY script on one key or
+# three, CALLS calls, PER ignored). Needs valgrind and redis-server
+# (apt-get install valgrind redis-server). About a minute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workload=${1:?workload}; per=${2:?per}; calls=${3:?calls}
@@ -24,5 +25,5 @@ sleep 2
 dump=$(ls "$dir"/cg.*.1 | head -1) # the dump the test asked for
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1; exit}')
 decisions=$((per * calls))
-[ "$workload" = floor ] && decisions=$calls
+case $workload in floor*) decisions=$calls ;; esac
 echo "$workload, $per per call: $((total / decisions)) instructions per decision ($total over $decisions)"

@@ -43,17 +43,26 @@ func TestCallgrindWorkload(t *testing.T) {
 		}
 	}
 	p := store.Params{Algorithm: store.FixedWindow, Limit: 1 << 40, Window: time.Minute}
+	ps := []store.Params{p}
 	switch w := os.Getenv("FG_CALLGRIND"); w {
 	case "fixed":
 	case "fixed-clock":
-		p.Align = store.AlignClock
+		ps[0].Align = store.AlignClock
+	case "fixed-clock-3": // windows of a second, a minute and an hour
+		ps = nil
+		for _, w := range []time.Duration{time.Second, time.Minute, time.Hour} {
+			ps = append(ps, store.Params{Algorithm: store.FixedWindow, Limit: 1 << 40, Window: w, Align: store.AlignClock})
+		}
 	case "bucket":
-		p = store.Params{Algorithm: store.TokenBucket, Limit: 1 << 40, Window: time.Minute, Burst: 1 << 40}
+		ps[0] = store.Params{Algorithm: store.TokenBucket, Limit: 1 << 40, Window: time.Minute, Burst: 1 << 40}
 	case "floor":
-		counting(floorCalls(t, addr))
+		counting(floorCalls(t, addr, floorScript, "60000"))
+		return
+	case "floor-3":
+		counting(floorCalls(t, addr, floor3Script, "1000", "60000", "3600000"))
 		return
 	default:
-		t.Fatalf("FG_CALLGRIND %q: want fixed, fixed-clock, bucket or floor", w)
+		t.Fatalf("FG_CALLGRIND %q: want fixed, fixed-clock, fixed-clock-3, bucket, floor or floor-3", w)
 	}
 	s, err := New(&Options{URL: "redis://" + addr})
 	if err != nil {
@@ -64,24 +73,34 @@ func TestCallgrindWorkload(t *testing.T) {
 		for i := range n {
 			bs := make([]*store.Batch, per)
 			for j := range bs {
-				bs[j] = &store.Batch{Mode: store.Consume, Cost: 1, Ops: []store.Op{{Scope: "cg/r@1m",
-					Key: "user:" + strconv.Itoa((i*per+j)%1000), Params: p}}}
+				b := &store.Batch{Mode: store.Consume, Cost: 1}
+				for r, p := range ps {
+					b.Ops = append(b.Ops, store.Op{Scope: "cg/r" + strconv.Itoa(r),
+						Key: "user:" + strconv.Itoa((i*per+j)%1000), Params: p})
+				}
+				bs[j] = b
 			}
 			sendTogether(t, s, bs...)
 		}
 	})
 }
 
-// floorCalls returns a run of n calls of the minimal fixed window script
-// (one key, INCRBY and a TTL on its first hit) over 1,000 keys.
-func floorCalls(t *testing.T, addr string) func(n int) {
+// The floor scripts: INCRBY and a TTL on the first hit, on one key, or on
+// each of the call's keys (key i's TTL in ARGV[i+1]).
+const (
+	floorScript  = `local n = redis.call('INCRBY', KEYS[1], ARGV[1]); if n == tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end; return n`
+	floor3Script = `local n; for i, k in ipairs(KEYS) do n = redis.call('INCRBY', k, ARGV[1]); if n == tonumber(ARGV[1]) then redis.call('PEXPIRE', k, ARGV[i + 1]) end end; return n`
+)
+
+// floorCalls returns a run of n calls of a floor script over 1,000 keys
+// (as many keys per call as ttls), the TTLs in ms.
+func floorCalls(t *testing.T, addr, script string, ttls ...string) func(n int) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	r := bufio.NewReader(c)
-	script := `local n = redis.call('INCRBY', KEYS[1], ARGV[1]); if n == tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end; return n`
 	fmt.Fprintf(c, "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%d\r\n%s\r\n", len(script), script)
 	r.ReadString('\n') // $40
 	sha, err := r.ReadString('\n')
@@ -89,10 +108,22 @@ func floorCalls(t *testing.T, addr string) func(n int) {
 		t.Fatalf("SCRIPT LOAD: %q, %v", sha, err)
 	}
 	sha = sha[:40]
+	bulk := func(w *bufio.Writer, s string) { fmt.Fprintf(w, "$%d\r\n%s\r\n", len(s), s) }
 	return func(n int) {
 		for i := range n {
-			k := "floor:user:" + strconv.Itoa(i%1000)
-			fmt.Fprintf(c, "*6\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n$%d\r\n%s\r\n$1\r\n1\r\n$5\r\n60000\r\n", sha, len(k), k)
+			w := bufio.NewWriter(c)
+			fmt.Fprintf(w, "*%d\r\n", 3+2*len(ttls)+1)
+			bulk(w, "EVALSHA")
+			bulk(w, sha)
+			bulk(w, strconv.Itoa(len(ttls)))
+			for k := range ttls {
+				bulk(w, "floor:"+strconv.Itoa(k)+":user:"+strconv.Itoa(i%1000))
+			}
+			bulk(w, "1")
+			for _, ttl := range ttls {
+				bulk(w, ttl)
+			}
+			w.Flush()
 			if l, err := r.ReadString('\n'); err != nil || l[0] != ':' {
 				t.Fatalf("EVALSHA: %q, %v", l, err)
 			}
