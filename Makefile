@@ -1,7 +1,7 @@
 # Common tasks. The README's two commands do not need make; these are
 # shortcuts for developers.
 
-.PHONY: test check load-exact
+.PHONY: test check load-exact grant-hot
 
 # The whole test suite (installs redis-server if missing).
 test:
@@ -14,6 +14,12 @@ test:
 load-exact:
 	FLOODGATE_EXACT_LOAD=35s FLOODGATE_EXACT_INSTANCES=4 go test -count=1 -run '^TestHotKeyAcrossInstances$$' -v ./cmd/floodgate
 	FLOODGATE_EXACT_LOAD=35s FLOODGATE_EXACT_INSTANCES=4 FLOODGATE_EXACT_FIRST=90 go test -count=1 -run '^TestHotKeyAcrossInstances$$' -v ./cmd/floodgate
+
+# The quota-grant acceptance runs at length (store/grant): 4 instances, one
+# hot key, 10,000 per second, demand 10x, 30 windows; fixed window and token
+# bucket, even and 90/10. The suite runs them for 4 windows.
+grant-hot:
+	FLOODGATE_GRANT_WINDOWS=30 go test -count=1 -run '^TestHot(FixedWindow|TokenBucket)$$' -v ./store/grant
 
 # Static checks run by CI before the tests.
 check:
@@ -43,7 +49,7 @@ BENCHTIME ?= 300ms
 COUNT ?= 8
 BENCH_OUT ?= $(CURDIR)/bench/results
 
-.PHONY: bench bench-compare bench-redis-floor
+.PHONY: bench bench-compare bench-redis-floor bench-grant
 
 # In-repo benchmarks of the memory store through the Limiter API.
 bench:
@@ -74,3 +80,11 @@ bench-redis-floor:
 	mkdir -p $(BENCH_OUT)
 	cd bench && go test -run '^$$' -bench '^BenchmarkRedisFloor$$' -benchtime 1x -timeout 30m > $(BENCH_OUT)/redisfloor.txt; \
 		s=$$?; cat $(BENCH_OUT)/redisfloor.txt; exit $$s
+
+# floodgate's quota grants next to an in-process 4-peer gubernator cluster
+# (GLOBAL) on the same hot-key load, loopback only (bench/grant_test.go):
+# admissions against the limit, per window. GRANT_SIDE sets the run's length
+# for each.
+GRANT_SIDE ?= 10s
+bench-grant:
+	cd bench && FLOODGATE_SIDE_BY_SIDE=$(GRANT_SIDE) go test -run '^TestGrantSideBySide$$' -count=1 -v -timeout 10m .

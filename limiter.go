@@ -142,6 +142,7 @@ type Limiter struct {
 	shadow   bool
 	timeout  time.Duration
 	remote   bool
+	local    store.Local // answers some batches in-process first (store/grant)
 	breaker  *breaker
 	observer Observer
 	sample   uint32 // ObserveSample; 0 or 1: every decision
@@ -232,6 +233,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	if ip, ok := st.(store.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
 	}
+	l.local, _ = st.(store.Local)
 	if l.remote && l.fallback != nil {
 		l.handback = &handback{}
 	}
@@ -649,7 +651,7 @@ func (l *Limiter) build(ctx context.Context, c *call, attrs Attributes) error {
 func (c *call) add(r *compiledRule, key string) *store.Op {
 	c.b.Ops = append(c.b.Ops, store.Op{})
 	op := &c.b.Ops[len(c.b.Ops)-1]
-	op.Scope, op.Key, op.Params, op.Shadow = r.scope, key, r.params, r.shadow
+	op.Scope, op.Key, op.Params, op.Shadow, op.Grant = r.scope, key, r.params, r.shadow, r.Grant
 	c.rules = append(c.rules, r)
 	return op
 }
@@ -659,6 +661,9 @@ func (c *call) add(r *compiledRule, key string) *store.Op {
 func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	if !l.remote {
 		return l.store.Apply(ctx, b)
+	}
+	if l.local != nil && l.local.ApplyLocal(b) {
+		return nil
 	}
 	if !l.breaker.Allow(b.Now.UnixNano()) {
 		return ErrBreakerOpen

@@ -53,6 +53,13 @@ type Rule struct {
 	// Shadow makes the rule report without enforcing: a shadow rule that
 	// would deny neither denies the decision nor consumes.
 	Shadow bool
+	// Grant asks for the rule's consumes to be answered in-process from
+	// quota grants, blocks of units the store charges at once, when the
+	// limiter's store is a grant decorator (store/grant) over a shared
+	// store: for a key so hot that every instance's decisions would meet
+	// on one Redis shard. Other stores ignore it. It applies to
+	// FixedWindow and TokenBucket rules, never to shadow ones.
+	Grant bool
 }
 
 // Override gives requests whose attributes equal every value in Match their
@@ -129,6 +136,9 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	}
 	if r.Burst != 0 && r.Algorithm != TokenBucket && r.Algorithm != GCRA {
 		return nil, bad("burst", "applies to token_bucket and gcra only, not %s", r.Algorithm)
+	}
+	if r.Grant && r.Algorithm != FixedWindow && r.Algorithm != TokenBucket {
+		return nil, bad("grant", "applies to fixed_window and token_bucket only, not %s", r.Algorithm)
 	}
 	if r.Buckets != 0 && r.Algorithm != SlidingWindow {
 		return nil, bad("buckets", "applies to sliding_window only, not %s", r.Algorithm)

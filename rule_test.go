@@ -148,6 +148,18 @@ func TestNewValidation(t *testing.T) {
 			wantLimiter: "api", wantRule: "per-user", wantField: "burst",
 		},
 		{
+			name: "grant on gcra", limiter: "api",
+			rules:       with(func(r *floodgate.Rule) { r.Algorithm, r.Grant = floodgate.GCRA, true }),
+			want:        `floodgate: limiter "api" rule "per-user": grant: applies to fixed_window and token_bucket only, not gcra`,
+			wantLimiter: "api", wantRule: "per-user", wantField: "grant",
+		},
+		{
+			name: "grant on sliding window", limiter: "api",
+			rules:       with(func(r *floodgate.Rule) { r.Algorithm, r.Grant = floodgate.SlidingWindow, true }),
+			want:        `floodgate: limiter "api" rule "per-user": grant: applies to fixed_window and token_bucket only, not sliding_window`,
+			wantLimiter: "api", wantRule: "per-user", wantField: "grant",
+		},
+		{
 			name: "buckets on token bucket", limiter: "api",
 			rules:       with(func(r *floodgate.Rule) { r.Algorithm, r.Buckets = floodgate.TokenBucket, 10 }),
 			want:        `floodgate: limiter "api" rule "per-user": buckets: applies to sliding_window only, not token_bucket`,

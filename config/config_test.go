@@ -44,6 +44,12 @@ func TestInvalid(t *testing.T) {
 		{"burst_on_fixed.yaml", []string{
 			"burst_on_fixed.yaml:8:16: limiters[0].rules[0].burst: applies to token_bucket and gcra only, not fixed_window",
 		}},
+		{"grant.yaml", []string{
+			"grant.yaml:8:16: limiters[0].rules[0].grant: needs store.redis: grants share a Redis count among instances, and a memory store answers in-process already",
+		}},
+		{"grant_algorithm.yaml", []string{
+			"grant_algorithm.yaml:11:16: limiters[0].rules[0].grant: applies to fixed_window and token_bucket only, not gcra",
+		}},
 		{"duplicate_key.yaml", []string{
 			"duplicate_key.yaml:3:5: limiters[0].name: duplicate key",
 		}},

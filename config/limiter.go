@@ -60,6 +60,9 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 			before := len(d.errs)
 			r, src := d.rule(item, p, tierAttr)
 			d.checkRule(r, item, p, src, d.errs[before:])
+			if v := d.pos[p+".grant"]; r.Grant && c.Store.Redis == nil && v != nil {
+				d.errorf(v, p+".grant", "needs store.redis: grants share a Redis count among instances, and a memory store answers in-process already")
+			}
 			// Checked here, not left to floodgate.New, so that it is
 			// reported with the limiter's other errors.
 			if at := d.pos[p+".name"]; r.Name != "" && at != nil {
@@ -158,6 +161,8 @@ func neutralize(r *floodgate.Rule, field string) bool {
 		r.Buckets = 0
 	case field == "burst":
 		r.Burst = 0
+	case field == "grant":
+		r.Grant = false
 	case field == "align":
 		r.Align, r.Location = floodgate.AlignFirstHit, nil
 	case field == "location":
@@ -174,7 +179,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 	var r floodgate.Rule
 	var src ruleSource
 	f := d.mapping(n, path, "name", "key", "algorithm", "limit", "window", "burst", "buckets",
-		"align", "time_zone", "shadow", "overrides", "tier_attribute", "tiers")
+		"align", "time_zone", "shadow", "grant", "overrides", "tier_attribute", "tiers")
 	if f == nil {
 		return r, src
 	}
@@ -230,6 +235,9 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 	}
 	if v := f["shadow"]; v != nil {
 		r.Shadow, _ = d.boolean(v, path+".shadow")
+	}
+	if v := f["grant"]; v != nil {
+		r.Grant, _ = d.boolean(v, path+".grant")
 	}
 	if v := f["overrides"]; v != nil {
 		for i, item := range d.sequence(v, path+".overrides") {

@@ -33,6 +33,15 @@ type InProcess interface {
 	InProcess() bool
 }
 
+// Local is implemented by remote stores' decorators that answer some
+// batches in-process (store/grant). The engine offers every batch to
+// ApplyLocal first, without the per-call deadline and the circuit breaker
+// of a remote store, and applies it as usual when ApplyLocal reports that
+// it did not answer. ApplyLocal never blocks on I/O.
+type Local interface {
+	ApplyLocal(b *Batch) bool
+}
+
 // Mode says what a Batch does.
 type Mode uint8
 
@@ -99,6 +108,10 @@ type Op struct {
 	Params Params
 	// Shadow ops are evaluated but never deny the batch.
 	Shadow bool
+	// Grant is the rule's floodgate.Rule.Grant: a grant decorator
+	// (store/grant) answers the op's consumes from quota grants. Stores
+	// ignore it.
+	Grant bool
 	// Stamp is an output of Consume (the window or bucket the units were
 	// counted in) and an input of Refund.
 	Stamp int64

@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -765,4 +767,54 @@ func TestListenAddressesFromEnvironment(t *testing.T) {
 	if err := svc.stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
+}
+
+// TestGrantsAcrossInstances: two instances on one Redis answer a rule with
+// grant: true from quota grants, never admitting over its limit, and
+// export the grants' counts.
+func TestGrantsAcrossInstances(t *testing.T) {
+	store := storeSection(t, "redis")
+	const cfg = `
+limiters:
+  - name: hot
+    rules:
+      - {name: global, algorithm: fixed_window, limit: 1000, window: 1m, grant: true}
+`
+	a := startService(t, store+cfg, nil)
+	b := startService(t, store+cfg, nil)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for i := range 4 {
+		s := []*service{a, b}[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 400 {
+				if s.decide("/v1/check", `{"limiter":"hot"}`).Allowed {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// What either instance may hold unspent when the traffic stops is one
+	// grant, at most 1/32 of the limit.
+	if got := allowed.Load(); got > 1000 || got < 1000-2*1000/32 {
+		t.Errorf("two instances admitted %d of 1600 on a limit of 1000 with grants, want 1000 at most and %d at least", got, 1000-2*1000/32)
+	}
+	code, body := a.call("GET", "/metrics", "")
+	if code != 200 || !regexp.MustCompile(`(?m)^floodgate_grants_total [1-9]`).Match(body) {
+		t.Errorf("GET /metrics: %d, no grants counted:\n%s", code, grepLines(body, "floodgate_grant"))
+	}
+}
+
+// grepLines returns the lines of b that contain s.
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
