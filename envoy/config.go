@@ -246,6 +246,7 @@ type leaf struct {
 	window     time.Duration
 	algorithm  floodgate.Algorithm
 	burst      int64
+	grant      bool // answered from quota grants (floodgate.Rule.Grant)
 	override   bool // a limit Envoy supplied in the request
 }
 
@@ -352,6 +353,7 @@ func (d *domain) rules() []floodgate.Rule {
 			Burst:     l.burst,
 			Key:       []string{l.rule},
 			Shadow:    l.shadow,
+			Grant:     l.grant,
 		}
 		if l.algorithm == floodgate.FixedWindow {
 			r.Align = floodgate.AlignClock

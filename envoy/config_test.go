@@ -80,6 +80,7 @@ func TestConfigErrors(t *testing.T) {
 		"share_no_wildcard.yaml":    "testdata/invalid/share_no_wildcard.yaml:5:5: descriptors[0].share_threshold: applies only to wildcard values (holding '*')",
 		"bad_algorithm.yaml":        `testdata/invalid/bad_algorithm.yaml:7:30: descriptors[0].rate_limit.floodgate.algorithm: unknown algorithm "leaky_bucket": want fixed_window, sliding_window, token_bucket or gcra`,
 		"burst_fixed_window.yaml":   "testdata/invalid/burst_fixed_window.yaml:7:26: descriptors[0].rate_limit.floodgate.burst: applies to token_bucket and gcra only, not fixed_window",
+		"grant_gcra.yaml":           "testdata/invalid/grant_gcra.yaml:7:43: descriptors[0].rate_limit.floodgate.grant: applies to fixed_window and token_bucket only, not gcra",
 		"negative_limit.yaml":       `testdata/invalid/negative_limit.yaml:6:26: descriptors[0].rate_limit.requests_per_unit: want a whole number from 0 to 4294967295, got "-1"`,
 		"syntax.yaml":               "testdata/invalid/syntax.yaml: line 3: did not find expected ',' or '}'",
 		"missing_key.yaml":          "testdata/invalid/missing_key.yaml:3:5: descriptors[0].key: missing: every descriptor needs a key",

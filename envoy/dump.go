@@ -14,7 +14,7 @@ import (
 //	domain.key_value.key: unit=MINUTE requests_per_unit=20, shadow_mode: false, quota_mode: false
 //
 // followed, for limits that use floodgate's extension, by the
-// unit_multiplier, algorithm and burst.
+// unit_multiplier, algorithm, burst and grant.
 func (c *Config) Dump() string {
 	if c == nil {
 		return ""
@@ -52,6 +52,9 @@ func (l *leaf) dumpLine(domain string) string {
 	}
 	if l.burst > 0 {
 		s += fmt.Sprintf(", burst: %d", l.burst)
+	}
+	if l.grant {
+		s += ", grant: true"
 	}
 	if l.unlimited {
 		s += ", unlimited: true"

@@ -35,6 +35,7 @@ import (
 //	      floodgate:                    # optional extension
 //	        algorithm: token_bucket     # fixed_window (default) | sliding_window | token_bucket | gcra
 //	        burst: 20                   # token_bucket and gcra only
+//	        grant: true                 # quota grants (a Redis store; fixed_window and token_bucket)
 //	    shadow_mode: false
 //	    detailed_metric: false          # accepted; metrics only
 //	    value_to_metric: false          # accepted; metrics only
@@ -400,7 +401,7 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 	if !p.mapping(&n, field) {
 		return
 	}
-	var burstNode *yaml.Node
+	var burstNode, grantNode *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		f := field + "." + k.Value
@@ -418,8 +419,10 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 			}
 		case "burst":
 			l.burst, burstNode = int64(p.uint(v, f, 32)), v
+		case "grant":
+			l.grant, grantNode = p.boolean(v, f), v
 		default:
-			p.unknown(k, field, "algorithm", "burst")
+			p.unknown(k, field, "algorithm", "burst", "grant")
 		}
 	}
 	if l.unlimited {
@@ -427,5 +430,8 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 	}
 	if burstNode != nil && l.algorithm != floodgate.TokenBucket && l.algorithm != floodgate.GCRA {
 		p.fail(burstNode, field+".burst", "applies to token_bucket and gcra only, not %s", l.algorithm)
+	}
+	if l.grant && l.algorithm != floodgate.FixedWindow && l.algorithm != floodgate.TokenBucket {
+		p.fail(grantNode, field+".grant", "applies to fixed_window and token_bucket only, not %s", l.algorithm)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-go/floodgate/envoy"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/grant"
 	"github.com/floodgate-go/floodgate/store/overlimit"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
@@ -71,5 +72,57 @@ func TestRedisOverLimitCacheKeepsOtherStatuses(t *testing.T) {
 		if t.Failed() {
 			t.Fatalf("deny cache size %d: see above", cache)
 		}
+	}
+}
+
+// granted is a domain whose one limit opts in to quota grants.
+const granted = `domain: llm
+descriptors:
+  - key: model
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5000
+      floodgate: {grant: true}
+`
+
+// A limit with grant: true is answered in-process from grants that Redis
+// charged beforehand: it admits exactly its limit, most decisions never
+// reach Redis, and every key Redis holds expires.
+func TestRedisGrantedLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	rs, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr, UseBatchTime: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	g := grant.New(rs, nil)
+	t.Cleanup(func() { g.Close() })
+	cfg, err := envoy.NewConfig(mustParse(t, "llm.yaml", granted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, cfg, g, &envoy.Options{Limiter: floodgate.Options{Timeout: 5 * time.Second}})
+	for _, ls := range h.svc.Limits() {
+		if ls.Domain == "llm" && (len(ls.Rules) != 1 || !ls.Rules[0].Grant) {
+			t.Fatalf("rules of llm = %+v, want one with Grant", ls.Rules)
+		}
+	}
+	admitted := 0
+	for range 5600 {
+		if h.ask("llm", 0, desc("model", "m")).OverallCode == ok {
+			admitted++
+		}
+	}
+	if admitted != 5000 {
+		t.Errorf("admitted %d of 5600 in one window, want the limit, 5000", admitted)
+	}
+	// Grants are 1/32 of what is left, down to 8 units (256 left): about
+	// 95 grants answer 4,750 decisions; the rest go to Redis one by one.
+	st := g.Stats()
+	if st.Local < 4500 || st.Grants > 150 {
+		t.Errorf("stats %+v: want most decisions answered locally from few grants", st)
+	}
+	if keys, err := srv.KeysWithoutTTL(); err != nil || len(keys) > 0 {
+		t.Errorf("keys without a TTL: %v (%v)", keys, err)
 	}
 }
