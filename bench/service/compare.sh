@@ -20,6 +20,8 @@
 #   CONCURRENCY [64]             workers (closed model), or the in-flight cap with RATE
 #   RATE [0]                     requests/s for the open model; 0 = closed model
 #   KEYS [1000] DIST [uniform]   key cardinality and distribution
+#   DESCRIPTORS [1]              descriptors per request, 1 to 3 (user: 100/s,
+#                                user2: 100,000/minute, user3: 1,000,000/hour)
 #   CONNS [2]                    gRPC connections from the load generator
 #   GRPC_CLIENT [wire]           the load generator's gRPC client: wire (its own
 #                                h2c client, cheap per call) or grpc-go
@@ -44,6 +46,11 @@ CONCURRENCY=${CONCURRENCY:-64}
 RATE=${RATE:-0}
 KEYS=${KEYS:-1000}
 DIST=${DIST:-uniform}
+DESCRIPTORS=${DESCRIPTORS:-1}
+if ! [[ $DESCRIPTORS =~ ^[1-3]$ ]]; then
+	echo "compare.sh: DESCRIPTORS must be 1, 2 or 3 (envoy.yaml has three limits), got $DESCRIPTORS" >&2
+	exit 2
+fi
 CONNS=${CONNS:-2}
 GRPC_CLIENT=${GRPC_CLIENT:-wire}
 LOAD_PROCS=${LOAD_PROCS:-}
@@ -267,7 +274,7 @@ fallbacks() {
 # load generator's JSON summary to $work/NAME-ROUND.json and the CPU time the
 # service and Redis spent during the measured part to $work/NAME-ROUND.cpu.
 drive() {
-	local common=(-target grpc -addr "127.0.0.1:$2" -domain bench -attribute user
+	local common=(-target grpc -addr "127.0.0.1:$2" -domain bench -attribute user -descriptors "$DESCRIPTORS"
 		-keys "$KEYS" -dist "$DIST" -rate "$RATE" -concurrency "$CONCURRENCY" -conns "$CONNS"
 		-grpc-client "$GRPC_CLIENT")
 	redis-cli -p "$redis_port" flushall >/dev/null
@@ -316,7 +323,7 @@ echo "      one Redis (flushed before each run), services driven one after the o
 echo "reference service stats: USE_STATSD=false DISABLE_STATS=true (no stats sink, no stats log)"
 [[ -n $REF_ENV ]] && echo "reference service environment: $REF_ENV"
 [[ -n $SERVICE_GOGC ]] && echo "both services run with GOGC=$SERVICE_GOGC"
-echo "command: floodgate load -target grpc -addr ADDR -domain bench -attribute user -keys $KEYS -dist $DIST \\"
+echo "command: floodgate load -target grpc -addr ADDR -domain bench -attribute user -descriptors $DESCRIPTORS -keys $KEYS -dist $DIST \\"
 echo "         -rate $RATE -concurrency $CONCURRENCY -conns $CONNS -grpc-client $GRPC_CLIENT -duration $DURATION -json  (after a $WARMUP run)"
 echo
 printf '| %-32s | %10s | %9s | %9s | %9s | %13s | %13s | %13s | %8s | %7s | %9s |\n' \

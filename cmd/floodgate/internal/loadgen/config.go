@@ -136,6 +136,11 @@ type Config struct {
 	// ZipfS is the Zipf exponent, which must be > 1 (default 1.1). Only used
 	// with the Zipf distribution.
 	ZipfS float64
+	// Descriptors is how many descriptors each gRPC request carries
+	// (default 1), each one entry with the request's key value: the first
+	// keyed Attribute, the i-th Attribute followed by i (user, user2,
+	// user3), so that a domain can give each its own limit.
+	Descriptors int
 	// Cost is the cost (HTTP) or hits_addend (gRPC) of each request
 	// (default 1).
 	Cost int
@@ -192,6 +197,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Keys, "keys", c.Keys, "`n` distinct keys (the key cardinality)")
 	fs.Var(&c.Distribution, "dist", "key `distribution`: uniform or zipf")
 	fs.Float64Var(&c.ZipfS, "zipf-s", c.ZipfS, "Zipf `exponent` (> 1)")
+	fs.IntVar(&c.Descriptors, "descriptors", c.Descriptors, "`n` descriptors per gRPC request, keyed attribute, attribute2, ... (each with the key's value)")
 	fs.IntVar(&c.Cost, "cost", c.Cost, "`cost` (HTTP) or hits_addend (gRPC) of each request")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "send `n` requests per second on a fixed schedule (open model); 0: -concurrency workers back to back (closed model)")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "`n` workers (closed model); with -rate, the cap on requests in flight (256 if unset)")
@@ -234,6 +240,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Cost == 0 {
 		c.Cost = DefaultCost
+	}
+	if c.Descriptors == 0 {
+		c.Descriptors = 1
 	}
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
@@ -278,6 +287,9 @@ func (c Config) Validate() error {
 	}
 	if c.Distribution == Zipf && !(c.ZipfS > 1) {
 		bad("zipf exponent must be > 1, got %g", c.ZipfS)
+	}
+	if c.Descriptors < 0 || c.Descriptors > 1 && c.Target != GRPC {
+		bad("descriptors must be ≥ 1, and more than 1 only with the grpc target; got %d", c.Descriptors)
 	}
 	if c.Cost < 0 || c.Cost > math.MaxUint32 {
 		bad("cost must be between 1 and %d, got %d", uint32(math.MaxUint32), c.Cost)

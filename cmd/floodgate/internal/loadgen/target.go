@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -209,18 +210,36 @@ func newGRPCClient(cfg *Config) (*grpcClient, error) {
 func (c *grpcClient) session(keys *keyPicker) session {
 	cc := c.conns[c.next%len(c.conns)]
 	c.next++
-	entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: c.cfg.Attribute}
-	return &grpcSession{
+	s := &grpcSession{
 		rls:     rlsv3.NewRateLimitServiceClient(cc),
 		keys:    keys,
-		entry:   entry,
 		timeout: c.cfg.Timeout,
-		req: &rlsv3.RateLimitRequest{
-			Domain:      c.cfg.Domain,
-			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}}},
-			HitsAddend:  uint32(c.cfg.Cost),
-		},
+		req:     &rlsv3.RateLimitRequest{Domain: c.cfg.Domain, HitsAddend: uint32(c.cfg.Cost)},
 	}
+	for i := range max(c.cfg.Descriptors, 1) {
+		entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: descriptorKey(c.cfg.Attribute, i)}
+		s.entries = append(s.entries, entry)
+		s.req.Descriptors = append(s.req.Descriptors, &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}})
+	}
+	return s
+}
+
+// entryKeys are the entry keys of cfg's descriptors.
+func entryKeys(cfg *Config) []string {
+	keys := make([]string, max(cfg.Descriptors, 1))
+	for i := range keys {
+		keys[i] = descriptorKey(cfg.Attribute, i)
+	}
+	return keys
+}
+
+// descriptorKey is the entry key of a request's i-th descriptor (from 0):
+// attr, then attr2, attr3, ...
+func descriptorKey(attr string, i int) string {
+	if i == 0 {
+		return attr
+	}
+	return attr + strconv.Itoa(i+1)
 }
 
 func (c *grpcClient) close() error {
@@ -234,10 +253,10 @@ func (c *grpcClient) close() error {
 }
 
 type grpcSession struct {
-	rls   rlsv3.RateLimitServiceClient
-	keys  *keyPicker
-	entry *ratelimitv3.RateLimitDescriptor_Entry
-	req   *rlsv3.RateLimitRequest // reused: a call finishes with it before returning
+	rls     rlsv3.RateLimitServiceClient
+	keys    *keyPicker
+	entries []*ratelimitv3.RateLimitDescriptor_Entry // one per descriptor
+	req     *rlsv3.RateLimitRequest                  // reused: a call finishes with it before returning
 
 	timeout time.Duration
 }
@@ -245,7 +264,10 @@ type grpcSession struct {
 func (s *grpcSession) call(ctx context.Context) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	s.entry.Value = s.keys.nextString()
+	v := s.keys.nextString()
+	for _, e := range s.entries {
+		e.Value = v
+	}
 	res, err := s.rls.ShouldRateLimit(ctx, s.req)
 	if err != nil {
 		st := status.Convert(err)

@@ -74,7 +74,7 @@ func (c *wireClient) session(keys *keyPicker) session {
 		slot:    sl,
 		keys:    keys,
 		domain:  c.cfg.Domain,
-		key:     c.cfg.Attribute,
+		entries: entryKeys(c.cfg),
 		hits:    uint64(c.cfg.Cost),
 		timeout: c.cfg.Timeout,
 		timer:   timer,
@@ -531,14 +531,14 @@ type wireSession struct {
 	slot    *wireSlot
 	keys    *keyPicker
 	domain  string
-	key     string
+	entries []string // the descriptors' entry keys
 	hits    uint64
 	timeout time.Duration
 	timer   *time.Timer
 	st      *wireStream
 	value   []byte // the key value
-	entry   []byte // the encoded descriptor entry
-	desc    []byte // the encoded descriptor
+	entry   []byte // an encoded descriptor entry
+	desc    []byte // an encoded descriptor
 	msg     []byte // the gRPC message: prefix and encoded request
 }
 
@@ -582,23 +582,25 @@ func (s *wireSession) call(ctx context.Context) (outcome, error) {
 var errDeadline = errors.New("gRPC DeadlineExceeded: context deadline exceeded")
 
 // encode writes the next request, as a gRPC message, to s.msg: a
-// RateLimitRequest{domain, descriptors: [{entries: [{key, value}]}],
+// RateLimitRequest{domain, descriptors: [{entries: [{key, value}]}, ...],
 // hits_addend}, the fields in number order as proto.Marshal writes them.
 func (s *wireSession) encode() {
 	s.value = s.keys.appendNext(s.value[:0])
-	e := protowire.AppendTag(s.entry[:0], 1, protowire.BytesType)
-	e = protowire.AppendString(e, s.key)
-	e = protowire.AppendTag(e, 2, protowire.BytesType)
-	e = protowire.AppendBytes(e, s.value)
-	s.entry = e
-	d := protowire.AppendTag(s.desc[:0], 1, protowire.BytesType)
-	d = protowire.AppendBytes(d, e)
-	s.desc = d
 	m := append(s.msg[:0], 0, 0, 0, 0, 0) // uncompressed; length below
 	m = protowire.AppendTag(m, 1, protowire.BytesType)
 	m = protowire.AppendString(m, s.domain)
-	m = protowire.AppendTag(m, 2, protowire.BytesType)
-	m = protowire.AppendBytes(m, d)
+	for _, key := range s.entries {
+		e := protowire.AppendTag(s.entry[:0], 1, protowire.BytesType)
+		e = protowire.AppendString(e, key)
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendBytes(e, s.value)
+		s.entry = e
+		d := protowire.AppendTag(s.desc[:0], 1, protowire.BytesType)
+		d = protowire.AppendBytes(d, e)
+		s.desc = d
+		m = protowire.AppendTag(m, 2, protowire.BytesType)
+		m = protowire.AppendBytes(m, d)
+	}
 	if s.hits != 0 {
 		m = protowire.AppendTag(m, 3, protowire.VarintType)
 		m = protowire.AppendVarint(m, s.hits)

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,19 +17,24 @@ import (
 
 // The wire client's hand-made request is what proto.Marshal writes.
 func TestWireEncodingMatchesProto(t *testing.T) {
-	for _, cost := range []int{1, 3, 300} {
-		cfg := Config{Target: GRPC, Addr: "x", Domain: "edge", Attribute: "remote_address", KeyPrefix: "10.0.", Keys: 500, Cost: cost, Concurrency: 1}.withDefaults()
+	for _, c := range []struct{ cost, descriptors int }{{1, 1}, {3, 1}, {300, 1}, {1, 3}} {
+		cost := c.cost
+		cfg := Config{Target: GRPC, Addr: "x", Domain: "edge", Attribute: "remote_address", KeyPrefix: "10.0.", Keys: 500, Cost: cost, Descriptors: c.descriptors, Concurrency: 1}.withDefaults()
 		s := newWireClient(&cfg).session(newKeyPicker(&cfg, 0)).(*wireSession)
 		keys := newKeyPicker(&cfg, 0)
 		for range 20 {
 			s.encode()
-			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(&rlsv3.RateLimitRequest{
-				Domain: "edge",
-				Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-					{Key: "remote_address", Value: keys.nextString()},
-				}}},
-				HitsAddend: uint32(cost),
-			})
+			req := &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: uint32(cost)}
+			v := keys.nextString()
+			for i := range c.descriptors {
+				key := "remote_address"
+				if i > 0 {
+					key += strconv.Itoa(i + 1) // remote_address2, remote_address3
+				}
+				req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: v}}})
+			}
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 			if err != nil {
 				t.Fatal(err)
 			}
