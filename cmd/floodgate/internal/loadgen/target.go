@@ -216,8 +216,8 @@ func (c *grpcClient) session(keys *keyPicker) session {
 		timeout: c.cfg.Timeout,
 		req:     &rlsv3.RateLimitRequest{Domain: c.cfg.Domain, HitsAddend: uint32(c.cfg.Cost)},
 	}
-	for i := range max(c.cfg.Descriptors, 1) {
-		entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: descriptorKey(c.cfg.Attribute, i)}
+	for _, key := range entryKeys(c.cfg) {
+		entry := &ratelimitv3.RateLimitDescriptor_Entry{Key: key}
 		s.entries = append(s.entries, entry)
 		s.req.Descriptors = append(s.req.Descriptors, &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{entry}})
 	}
