@@ -97,12 +97,34 @@ func limiterOf(scope string) string {
 // never share a key either. A scope with an empty limiter part (which no
 // Limiter makes) keeps the TagRule layout: "{}" is no hash tag.
 func (s *Store) keyOf(scope, key, sfx string) string {
+	var b strings.Builder
+	s.writeKey(&b, scope, key, sfx, 0)
+	return b.String()
+}
+
+// writeKey writes keyOf(scope, key, sfx) to b, grown to hold it and
+// extra bytes more: a key is built in one allocation.
+func (s *Store) writeKey(b *strings.Builder, scope, key, sfx string, extra int) {
+	b.Grow(len(s.prefix) + len(scope) + len(key) + len(sfx) + 3 + extra)
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	lim := ""
 	if s.tag == TagLimiter {
-		if lim := limiterOf(scope); lim != "" {
-			return s.prefix + "{" + lim + "}" + scope[len(lim):] + ":" + key + sfx
-		}
+		lim = limiterOf(scope)
 	}
-	return s.prefix + "{" + scope + ":" + key + "}" + sfx
+	if lim != "" {
+		b.WriteString(lim)
+		b.WriteByte('}')
+		b.WriteString(scope[len(lim):])
+		b.WriteByte(':')
+		b.WriteString(key)
+	} else {
+		b.WriteString(scope)
+		b.WriteByte(':')
+		b.WriteString(key)
+		b.WriteByte('}')
+	}
+	b.WriteString(sfx)
 }
 
 // aligned reports whether p is a fixed window aligned to the clock or the
@@ -111,10 +133,16 @@ func aligned(p *store.Params) bool {
 	return p.Algorithm == store.FixedWindow && p.Align != store.AlignFirstHit
 }
 
-// windowKey is the counter key of an aligned window that starts at start
-// (µs): the rule key's state key, ':' and the start in Unix ms.
-func windowKey(state string, start int64) string {
-	return state + ":" + strconv.FormatInt(start/1000, 10)
+// windowKey is the counter key of an aligned window of a rule key that
+// starts at start (µs): the rule key's fixed-window state key, ':' and the
+// start in Unix ms.
+func (s *Store) windowKey(scope, key string, start int64) string {
+	var b strings.Builder
+	s.writeKey(&b, scope, key, suffix[store.FixedWindow], 21)
+	b.WriteByte(':')
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], start/1000, 10))
+	return b.String()
 }
 
 // build fills c with the keys and arguments that run the ops at idx of b
@@ -142,11 +170,13 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 	c.args = append(c.args[:0], string(head))
 	for _, i := range idx {
 		op := &b.Ops[i]
-		key := s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
+		var key string
 		var start, end int64
 		if aligned(&op.Params) {
 			start, end = algo.WindowAt(&op.Params, ref)
-			key = windowKey(key, start)
+			key = s.windowKey(op.Scope, op.Key, start)
+		} else {
+			key = s.keyOf(op.Scope, op.Key, suffix[op.Params.Algorithm])
 		}
 		c.keys = append(c.keys, key)
 		if op.Params.Algorithm == store.Concurrency {
@@ -193,7 +223,7 @@ func (s *Store) buildAligned(c *call, b *store.Batch, idx []int, now, ref int64)
 		op := &b.Ops[i]
 		start, end := algo.WindowAt(&op.Params, ref)
 		c.spans = append(c.spans, start, end)
-		c.keys = append(c.keys, windowKey(s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow]), start))
+		c.keys = append(c.keys, s.windowKey(op.Scope, op.Key, start))
 		t = strconv.AppendInt(append(t, ' '), op.Params.Limit, 10)
 		t = strconv.AppendInt(append(t, ' '), start, 10)
 		t = strconv.AppendInt(append(t, ' '), end, 10)
