@@ -3,6 +3,7 @@ package floodgate
 import (
 	"context"
 	"math/rand/v2"
+	"time"
 
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -62,16 +63,28 @@ func (l *Limiter) bindOne(ctx context.Context, attrs Attributes) (key string, li
 }
 
 // allowOne is a consume of one unit on a lean limiter (see Limiter.lean)
-// for the rule's key ("" skips it): decideOne with nothing to observe, no
+// for the rule's key ("" skips it): decideOne with no Event to build, no
 // lease id and no request's limits to carry, kept short (BenchmarkCompare).
-func (l *Limiter) allowOne(key string) Decision {
+func (l *Limiter) allowOne(ctx context.Context, key string) Decision {
 	if key == "" {
 		return Decision{Allowed: true} // no rule applies to this request
 	}
 	r := l.rules[0]
 	now := l.clock.Now()
 	res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
-	return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+	d := ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+	if l.ruleObserver != nil {
+		l.tellRule(ctx, &d, ModeConsume, key, now, !res.Allowed)
+	}
+	return d
+}
+
+// tellRule tells the RuleObserver, when d is drawn into the sample, of the
+// one rule's part in d: of mode, on key, at now, denied or not.
+func (l *Limiter) tellRule(ctx context.Context, d *Decision, mode Mode, key string, now time.Time, denied bool) {
+	if w := l.weight(d); w > 0 {
+		l.ruleObserver(ctx, RuleEvent{Limiter: l.name, Rule: l.rules[0].Name, Key: key, Mode: mode, Time: now, Denied: denied, Weight: w})
+	}
 }
 
 // decideOne is decideBound for a limiter of one rule, whose key is key
@@ -94,12 +107,19 @@ func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, key stri
 		limit, burst = r.params.Limit, r.params.Burst
 	}
 	d := ruleVerdict(r, mode, admitted, &res, limit)
-	if o == nil && l.observer == nil {
+	if o == nil && l.observer == nil { // told to the RuleObserver alone, if any: no sheet
+		if l.ruleObserver != nil {
+			l.tellRule(ctx, &d, mode, key, now, !res.Allowed)
+		}
+		return d
+	}
+	w := l.weight(&d)
+	if o == nil && w == 0 {
 		return d
 	}
 	rules := [1]applied{{rule: r, key: key, limit: limit, burst: burst, stamp: stamp, res: res}}
 	sh := sheet{mode: mode, cost: cost, ticket: ticket, admitted: admitted, rules: rules[:]}
-	return l.report(ctx, &sh, now, d, true, o)
+	return l.report(ctx, &sh, now, d, true, w, o)
 }
 
 // decideBound makes one decision of mode and cost on the bound rules with

@@ -80,14 +80,18 @@ type Options struct {
 	Fallback store.Store
 	// Observer, when set, is called after every decision (consume, peek
 	// and record), for metrics and audit. Refunds and resets are not
-	// decisions and are not observed.
+	// decisions and are not observed. An Event costs an allocation (its
+	// per-rule results are the observer's to keep).
 	Observer Observer
-	// ObserveSample, above 1, tells the Observer of a random 1 in
+	// RuleObserver, when set, is called after every decision once for each
+	// rule that took part in it, with a RuleEvent by value: what a
+	// per-key count (topkeys) needs, at no allocation.
+	RuleObserver RuleObserver
+	// ObserveSample, above 1, tells the observers of a random 1 in
 	// ObserveSample of the admitted decisions, and of every other one
-	// (denied, shadow-denied or failed); each Event's Weight is how many
-	// decisions it stands for. An Event costs an allocation (its per-rule
-	// results are the observer's to keep), which sampling spares most
-	// admitted decisions, the common case. 0 or 1 tells the Observer of
+	// (denied, shadow-denied or failed); each event's Weight is how many
+	// decisions it stands for. Sampling spares most admitted decisions,
+	// the common case, what an event costs. 0 or 1 tells the observers of
 	// every decision.
 	ObserveSample int
 	// Logger receives failure-policy decisions (at most one line a second
@@ -100,25 +104,6 @@ type Options struct {
 	// keys, by design. Without it, a second live limiter of a name the
 	// store already serves with other rules is an error (see Close).
 	Replaces *Limiter
-}
-
-// Observer is called once per decision with what was decided, for metrics
-// and audit. The Event is the observer's to keep.
-type Observer func(ctx context.Context, e Event)
-
-// Event describes one decision for an Observer. Its Outcome's tickets
-// refund nothing unless the decision was made by Decide (or on a limiter
-// with Concurrency rules): only then is the decision given a ticket id.
-type Event struct {
-	Limiter string
-	Mode    Mode
-	Cost    int64
-	// Time is when the decision was made, by the limiter's clock.
-	Time    time.Time
-	Outcome Outcome
-	// Weight is how many decisions the Event stands for: ObserveSample
-	// for an admitted decision drawn into the sample, else 1.
-	Weight int64
 }
 
 // Limiter applies a set of rules to requests. It is safe for concurrent use.
@@ -134,20 +119,21 @@ type Limiter struct {
 	// rule has a key); oneKey says there is at most one, so AllowKey can
 	// decide; plain says no rule has overrides or a LimitFunc, so AllowKey
 	// needs no Attributes at all.
-	keyAttr  string
-	oneKey   bool
-	plain    bool
-	clock    Clock
-	policy   FailurePolicy
-	shadow   bool
-	timeout  time.Duration
-	remote   bool
-	local    store.Local // answers some batches in-process first (store/grant)
-	breaker  *breaker
-	observer Observer
-	sample   uint32 // ObserveSample; 0 or 1: every decision
-	logger   *slog.Logger
-	opts     Options // as given to New, for views made with Only
+	keyAttr      string
+	oneKey       bool
+	plain        bool
+	clock        Clock
+	policy       FailurePolicy
+	shadow       bool
+	timeout      time.Duration
+	remote       bool
+	local        store.Local // answers some batches in-process first (store/grant)
+	breaker      *breaker
+	observer     Observer
+	ruleObserver RuleObserver
+	sample       uint32 // ObserveSample; 0 or 1: every decision
+	logger       *slog.Logger
+	opts         Options // as given to New, for views made with Only
 
 	// bound, when the store is in process (a store.Binder) and there are
 	// at most store.MaxBound rules, decides consumes, peeks and records
@@ -156,7 +142,7 @@ type Limiter struct {
 	bound store.Bound
 	// lean says a consume of one unit is decided by allowOne: one bound
 	// rule without overrides or a LimitFunc, no Concurrency lease, no
-	// observer.
+	// Observer (a RuleObserver is told without a sheet).
 	lean bool
 
 	held       *nameHold // the limiter's hold on its name (names.go)
@@ -206,19 +192,20 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		return nil, limiterError(name, "observe_sample", "must be between 0 and "+strconv.Itoa(maxObserveSample))
 	}
 	l := &Limiter{
-		name:     name,
-		store:    st,
-		byName:   make(map[string]*compiledRule, len(rules)),
-		clock:    opts.Clock,
-		policy:   opts.FailurePolicy,
-		shadow:   opts.Shadow,
-		timeout:  opts.Timeout,
-		breaker:  newBreaker(opts.Breaker),
-		fallback: opts.Fallback,
-		observer: opts.Observer,
-		sample:   uint32(opts.ObserveSample),
-		logger:   opts.Logger,
-		opts:     *opts,
+		name:         name,
+		store:        st,
+		byName:       make(map[string]*compiledRule, len(rules)),
+		clock:        opts.Clock,
+		policy:       opts.FailurePolicy,
+		shadow:       opts.Shadow,
+		timeout:      opts.Timeout,
+		breaker:      newBreaker(opts.Breaker),
+		fallback:     opts.Fallback,
+		observer:     opts.Observer,
+		ruleObserver: opts.RuleObserver,
+		sample:       uint32(opts.ObserveSample),
+		logger:       opts.Logger,
+		opts:         *opts,
 	}
 	l.opts.Replaces = nil // a view (Only) must not keep the replaced limiter alive
 	if l.clock == nil {
@@ -358,7 +345,11 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 		r := l.rules[0]
 		now := l.clock.Now()
 		res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
-		return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+		d := ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+		if l.ruleObserver != nil {
+			l.tellRule(ctx, &d, ModeConsume, key, now, !res.Allowed)
+		}
+		return d
 	}
 	if l.bound != nil {
 		var c store.Call
@@ -492,7 +483,7 @@ func (l *Limiter) call(mode store.Mode, cost int64) *call {
 // full.
 func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, o *Outcome) Decision {
 	if l.lean && mode == ModeConsume && cost == 1 && o == nil {
-		return l.allowOne(l.rules[0].keyFor(attrs))
+		return l.allowOne(ctx, l.rules[0].keyFor(attrs))
 	}
 	if l.bound != nil && len(l.rules) == 1 {
 		key, limit, burst, err := l.bindOne(ctx, attrs)
@@ -585,45 +576,11 @@ func (l *Limiter) conclude(ctx context.Context, sh *sheet, now time.Time, err er
 	default:
 		d = verdict(sh)
 	}
-	if o == nil && l.observer == nil {
-		return d
-	}
-	return l.report(ctx, sh, now, d, err == nil, o)
-}
-
-// report tells the observer of d, the decision read off sh at now
-// (answered: the store answered), and fills o when asked. It returns d.
-func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) Decision {
 	w := l.weight(&d)
 	if o == nil && w == 0 {
 		return d
 	}
-	full := Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
-	if o != nil {
-		*o = full
-	}
-	if w > 0 {
-		l.observer(ctx, Event{Limiter: l.name, Mode: sh.mode, Cost: sh.cost, Time: now, Outcome: full, Weight: w})
-	}
-	return d
-}
-
-// maxObserveSample is the largest Options.ObserveSample.
-const maxObserveSample = 1 << 20
-
-// weight is how many decisions d stands for when the observer is told of
-// it (see Options.ObserveSample), or 0 when it is not: there is no
-// observer, or d is an admitted decision left out of the sample.
-func (l *Limiter) weight(d *Decision) int64 {
-	switch {
-	case l.observer == nil:
-		return 0
-	case l.sample <= 1 || !d.Allowed || d.ShadowDenied || d.Err != nil:
-		return 1
-	case rand.Uint32N(l.sample) == 0:
-		return int64(l.sample)
-	}
-	return 0
+	return l.report(ctx, sh, now, d, err == nil, w, o)
 }
 
 // build adds an op to c for every rule that applies to attrs.

@@ -3,10 +3,11 @@ package topkeys_test
 // BenchmarkOverhead measures what a Tracker adds to a one-rule memory
 // decision: a token bucket per user, called as lim.AllowKey(ctx, "user:N"),
 // 10k existing keys drawn uniformly, every decision admitted. It runs
-// without an observer, with an observer that does nothing told of every
-// decision (the cost of an Event), with a Tracker on a limiter that
-// samples admitted decisions 1 in 8 for it (Options.ObserveSample, as the
-// package documentation advises), and with one told of every decision.
+// without an observer; with observers that do nothing, told of every
+// decision (the cost of an Event, and of a RuleEvent); with a Tracker as
+// the limiter's RuleObserver, sampling admitted decisions 1 in 8 for it
+// (Options.ObserveSample, as the package documentation advises); and
+// with one told of every decision.
 // A round runs them one after the other; run rounds by running the test
 // binary repeatedly (go test -count repeats each sub-benchmark in a row):
 //
@@ -44,14 +45,22 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 		keys[i] = "user:" + strconv.Itoa(i)
 	}
 	for _, bc := range []struct {
-		name     string
-		observer func() floodgate.Observer
-		sample   int
+		name string
+		opts func() *floodgate.Options
 	}{
-		{"observer=none", func() floodgate.Observer { return nil }, 0},
-		{"observer=noop", func() floodgate.Observer { return func(context.Context, floodgate.Event) {} }, 0},
-		{"observer=topkeys", func() floodgate.Observer { return topkeys.New(nil).Observe }, 8},
-		{"observer=topkeys-unsampled", func() floodgate.Observer { return topkeys.New(nil).Observe }, 0},
+		{"observer=none", func() *floodgate.Options { return nil }},
+		{"observer=noop", func() *floodgate.Options {
+			return &floodgate.Options{Observer: func(context.Context, floodgate.Event) {}}
+		}},
+		{"observer=noop-rule", func() *floodgate.Options {
+			return &floodgate.Options{RuleObserver: func(context.Context, floodgate.RuleEvent) {}}
+		}},
+		{"observer=topkeys", func() *floodgate.Options {
+			return &floodgate.Options{RuleObserver: topkeys.New(nil).ObserveRule, ObserveSample: 8}
+		}},
+		{"observer=topkeys-unsampled", func() *floodgate.Options {
+			return &floodgate.Options{RuleObserver: topkeys.New(nil).ObserveRule}
+		}},
 	} {
 		for _, parallel := range []bool{false, true} {
 			name := bc.name + "/serial"
@@ -61,7 +70,7 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 			b.Run(name, func(b *testing.B) {
 				st := memory.New(&memory.Options{MaxKeys: 4 * len(keys), SweepInterval: -1})
 				defer st.Close()
-				l, err := floodgate.New("bench", st, []floodgate.Rule{rule}, &floodgate.Options{Observer: bc.observer(), ObserveSample: bc.sample})
+				l, err := floodgate.New("bench", st, []floodgate.Rule{rule}, bc.opts())
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -152,6 +152,21 @@ func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	}
 }
 
+// ObserveRule counts one rule's part in one decision: it is a
+// floodgate.RuleObserver, Observe for one rule, and allocates nothing. The
+// rule counts e.Weight decisions for its key, and as many denials when it
+// denied.
+func (t *Tracker) ObserveRule(_ context.Context, e floodgate.RuleEvent) {
+	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
+		return
+	}
+	at := e.Time
+	if at.IsZero() { // an event a caller made
+		at = t.now()
+	}
+	t.rule(e.Limiter, e.Rule).add(t, minuteOf(at), e.Key, max(e.Weight, 1), e.Denied && !e.Failed)
+}
+
 // Add counts one decision of limiter's rule for key, and a denial when
 // denied, at the clock's time. It is Observe for one rule, for callers that
 // see decisions some other way.

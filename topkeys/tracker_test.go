@@ -296,3 +296,63 @@ func TestRetain(t *testing.T) {
 		t.Errorf("b/r1 again: %v", r.Entries)
 	}
 }
+
+// TestObserveRuleCountsAsObserve feeds the same decisions to one Tracker
+// through Observe and to another through ObserveRule (one limiter with
+// both observers, sampled, so that both are told of the same draws), over
+// rules that admit, deny, shadow-deny and peek, and a store that fails,
+// and wants the same reports of both.
+func TestObserveRuleCountsAsObserve(t *testing.T) {
+	clock := floodgate.NewManualClock(start)
+	ctx := context.Background()
+	byEvent := topkeys.New(&topkeys.Options{Clock: clock})
+	byRule := topkeys.New(&topkeys.Options{Clock: clock})
+	opts := func(policy floodgate.FailurePolicy) *floodgate.Options {
+		return &floodgate.Options{Clock: clock, Observer: byEvent.Observe, RuleObserver: byRule.ObserveRule, ObserveSample: 4, FailurePolicy: policy}
+	}
+	st := memory.New(&memory.Options{SweepInterval: -1})
+	t.Cleanup(func() { st.Close() })
+	l, err := floodgate.New("api", st, []floodgate.Rule{
+		{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 20, Window: time.Hour},
+		{Name: "per-org", Key: []string{"org"}, Algorithm: floodgate.TokenBucket, Limit: 300, Window: time.Hour},
+		{Name: "dark", Key: []string{"user"}, Algorithm: floodgate.GCRA, Limit: 5, Window: time.Hour, Shadow: true},
+	}, opts(floodgate.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := floodgate.New("down", failing{}, []floodgate.Rule{{Name: "r", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second}}, opts(floodgate.FailClosed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2_000 {
+		attrs := floodgate.Attributes{"user": fmt.Sprint("u", i%37), "org": fmt.Sprint("o", i%3)}
+		switch i % 10 {
+		case 0:
+			l.Peek(ctx, attrs, 1)
+		case 1:
+			l.Record(ctx, attrs, 1)
+		case 2:
+			down.Allow(ctx, attrs)
+		default:
+			l.Allow(ctx, attrs)
+		}
+		if i%500 == 499 {
+			clock.Advance(time.Minute)
+		}
+	}
+	for _, lr := range [][2]string{{"api", "per-user"}, {"api", "per-org"}, {"api", "dark"}, {"down", "r"}} {
+		for _, kind := range []topkeys.Kind{topkeys.Denials, topkeys.Decisions} {
+			want, err := byEvent.Top(lr[0], lr[1], kind, 10*time.Minute, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := byRule.Top(lr[0], lr[1], kind, 10*time.Minute, 100)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s/%s %v: ObserveRule's report %v, Observe's %v", lr[0], lr[1], kind, got, want)
+			}
+			if kind == topkeys.Decisions && want.Total == 0 {
+				t.Errorf("%s/%s: no decision counted", lr[0], lr[1])
+			}
+		}
+	}
+}

@@ -31,18 +31,22 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			LimitFunc: func(_ context.Context, a floodgate.Attributes) (int64, error) { return int64(len(a)) * 1e6, nil },
 		},
 	}
+	told := 0 // events told to the RuleObservers below
 	composite := floodgate.Rule{Name: "per-org-user", Algorithm: floodgate.SlidingWindow, Limit: 1e9, Window: time.Hour, Key: []string{"org", "user"}}
 	for _, tc := range []struct {
 		name  string
 		rules []floodgate.Rule
+		opts  *floodgate.Options
 		want  float64
 	}{
-		{"one rule", rules[:1], 0},
-		{"three rules, one with two callbacks", rules, 4},
-		{"a composite key", []floodgate.Rule{rules[0], composite}, 1},
+		{"one rule", rules[:1], nil, 0},
+		{"one rule, told to a RuleObserver", rules[:1], &floodgate.Options{RuleObserver: func(context.Context, floodgate.RuleEvent) { told++ }}, 0},
+		{"three rules, one with two callbacks", rules, nil, 4},
+		{"three rules, told to a RuleObserver", rules, &floodgate.Options{RuleObserver: func(context.Context, floodgate.RuleEvent) { told++ }}, 4},
+		{"a composite key", []floodgate.Rule{rules[0], composite}, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := floodgate.New("alloc", store, tc.rules, nil)
+			l, err := floodgate.New("alloc", store, tc.rules, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,11 +70,15 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			for _, u := range users { // every key exists before counting
 				l.Allow(ctx, floodgate.Attributes{"user": u, "org": "acme"})
 			}
+			before := told
 			for name, call := range calls {
 				n := testing.AllocsPerRun(200, func() { i++; call() })
 				if n != tc.want {
 					t.Errorf("%s: %v allocations per decision, want %v", name, n, tc.want)
 				}
+			}
+			if tc.opts != nil && told-before < 4*200*len(tc.rules) {
+				t.Errorf("the RuleObserver was told of %d rules' decisions, want at least %d", told-before, 4*200*len(tc.rules))
 			}
 		})
 	}
