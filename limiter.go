@@ -286,6 +286,9 @@ func (l *Limiter) Breaker() BreakerState { return BreakerState(l.breaker.State()
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
+	if l.lean {
+		return l.allowOne(ctx, l.rules[0].keyFor(attrs))
+	}
 	return l.decide(ctx, ModeConsume, attrs, 1, nil)
 }
 
@@ -482,9 +485,6 @@ func (l *Limiter) call(mode store.Mode, cost int64) *call {
 // decide makes one decision for attrs. o, when not nil, receives it in
 // full.
 func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, o *Outcome) Decision {
-	if l.lean && mode == ModeConsume && cost == 1 && o == nil {
-		return l.allowOne(ctx, l.rules[0].keyFor(attrs))
-	}
 	if l.bound != nil && len(l.rules) == 1 {
 		key, limit, burst, err := l.bindOne(ctx, attrs)
 		return l.decideOne(ctx, mode, cost, key, limit, burst, err, o)
