@@ -142,7 +142,7 @@ type Limiter struct {
 	bound store.Bound
 	// lean says a consume of one unit is decided by allowOne: one bound
 	// rule without overrides or a LimitFunc, no Concurrency lease, no
-	// Observer (a RuleObserver is told without a sheet).
+	// Observer (a RuleObserver is told by allowTold).
 	lean bool
 
 	held       *nameHold // the limiter's hold on its name (names.go)
@@ -348,11 +348,10 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 		r := l.rules[0]
 		now := l.clock.Now()
 		res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
-		d := ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
 		if l.ruleObserver != nil {
-			l.tellRule(ctx, &d, ModeConsume, key, now, !res.Allowed)
+			return l.allowTold(ctx, key, now, &res, admitted)
 		}
-		return d
+		return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
 	}
 	if l.bound != nil {
 		var c store.Call
