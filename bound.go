@@ -72,27 +72,21 @@ func (l *Limiter) allowOne(ctx context.Context, key string) Decision {
 	r := l.rules[0]
 	now := l.clock.Now()
 	res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
-	if l.ruleObserver != nil {
-		return l.allowTold(ctx, key, now, &res, admitted)
+	if l.ruleObserver == nil {
+		return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
 	}
-	return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
-}
-
-// allowTold ends allowOne on a limiter with a RuleObserver: the Decision
-// off the rule's answer res, told to the observer when it is drawn into
-// the sample. It is a function of its own so that the unobserved path
-// stays as short as it was (BenchmarkCompare).
-func (l *Limiter) allowTold(ctx context.Context, key string, now time.Time, res *store.Result, admitted bool) Decision {
-	r := l.rules[0]
-	d := ruleVerdict(r, ModeConsume, admitted, res, r.params.Limit)
-	l.tellRule(ctx, &d, ModeConsume, key, now, !res.Allowed)
+	d := ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+	l.tellRule(ctx, d.Allowed && !d.ShadowDenied, ModeConsume, key, now, !res.Allowed)
 	return d
 }
 
-// tellRule tells the RuleObserver, when d is drawn into the sample, of the
-// one rule's part in d: of mode, on key, at now, denied or not.
-func (l *Limiter) tellRule(ctx context.Context, d *Decision, mode Mode, key string, now time.Time, denied bool) {
-	if w := l.weight(d); w > 0 {
+// tellRule tells the RuleObserver of the one rule's part in a decision of
+// mode on key at now, denied by the rule or not, when the decision is drawn
+// into the sample (clean: it is admitted without a shadow denial; see
+// weightOf). It takes no *Decision, so that the caller's stays in
+// registers (BenchmarkCompare).
+func (l *Limiter) tellRule(ctx context.Context, clean bool, mode Mode, key string, now time.Time, denied bool) {
+	if w := l.weightOf(clean); w > 0 {
 		l.ruleObserver(ctx, RuleEvent{Limiter: l.name, Rule: l.rules[0].Name, Key: key, Mode: mode, Time: now, Denied: denied, Weight: w})
 	}
 }
@@ -119,7 +113,7 @@ func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, key stri
 	d := ruleVerdict(r, mode, admitted, &res, limit)
 	if o == nil && l.observer == nil { // told to the RuleObserver alone, if any: no sheet
 		if l.ruleObserver != nil {
-			l.tellRule(ctx, &d, mode, key, now, !res.Allowed)
+			l.tellRule(ctx, d.Allowed && !d.ShadowDenied, mode, key, now, !res.Allowed)
 		}
 		return d
 	}

@@ -142,7 +142,7 @@ type Limiter struct {
 	bound store.Bound
 	// lean says a consume of one unit is decided by allowOne: one bound
 	// rule without overrides or a LimitFunc, no Concurrency lease, no
-	// Observer (a RuleObserver is told by allowTold).
+	// Observer (a RuleObserver is told by tellRule).
 	lean bool
 
 	held       *nameHold // the limiter's hold on its name (names.go)
@@ -348,10 +348,12 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 		r := l.rules[0]
 		now := l.clock.Now()
 		res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
-		if l.ruleObserver != nil {
-			return l.allowTold(ctx, key, now, &res, admitted)
+		if l.ruleObserver == nil {
+			return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
 		}
-		return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+		d := ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
+		l.tellRule(ctx, d.Allowed && !d.ShadowDenied, ModeConsume, key, now, !res.Allowed)
+		return d
 	}
 	if l.bound != nil {
 		var c store.Call

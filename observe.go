@@ -59,10 +59,17 @@ func (l *Limiter) observed() bool { return l.observer != nil || l.ruleObserver !
 // it (see Options.ObserveSample), or 0 when they are not: there is no
 // observer, or d is an admitted decision left out of the sample.
 func (l *Limiter) weight(d *Decision) int64 {
-	switch {
-	case !l.observed():
+	if !l.observed() {
 		return 0
-	case l.sample <= 1 || !d.Allowed || d.ShadowDenied || d.Err != nil:
+	}
+	return l.weightOf(d.Allowed && !d.ShadowDenied && d.Err == nil)
+}
+
+// weightOf is weight for a decision that is clean (admitted, with no
+// shadow denial and no store error) or not, on a limiter with an observer.
+func (l *Limiter) weightOf(clean bool) int64 {
+	switch {
+	case l.sample <= 1 || !clean:
 		return 1
 	case rand.Uint32N(l.sample) == 0:
 		return int64(l.sample)
