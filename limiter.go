@@ -90,8 +90,8 @@ type Options struct {
 	// ObserveSample, above 1, tells the observers of a random 1 in
 	// ObserveSample of the admitted decisions, and of every other one
 	// (denied, shadow-denied or failed); each event's Weight is how many
-	// decisions it stands for. Sampling spares most admitted decisions,
-	// the common case, what an event costs. 0 or 1 tells the observers of
+	// decisions it stands for. Sampling spares most admitted decisions
+	// (the common case) what an event costs. 0 or 1 tells the observers of
 	// every decision.
 	ObserveSample int
 	// Logger receives failure-policy decisions (at most one line a second
