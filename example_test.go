@@ -252,3 +252,33 @@ func ExampleFailurePolicy() {
 	// closed: allowed=false reason=store retry-after=5s err=floodgate: store circuit breaker open
 	// breaker: open
 }
+
+// A RuleObserver is told of each rule's part in each decision, by value:
+// here it counts every rule's denials per key. (The topkeys package keeps
+// such counts in bounded memory.)
+func ExampleRuleObserver() {
+	store := memory.New(nil)
+	defer store.Close()
+	denials := map[string]int{}
+	limiter, err := floodgate.New("api", store, []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}},
+		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"tenant"}},
+	}, &floodgate.Options{
+		Clock: floodgate.NewManualClock(exampleStart),
+		RuleObserver: func(_ context.Context, e floodgate.RuleEvent) {
+			if e.Denied {
+				denials[e.Rule+" "+e.Key]++
+			}
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for _, user := range []string{"alice", "alice", "alice", "bob", "bob"} {
+		limiter.Allow(ctx, floodgate.Attributes{"user": user, "tenant": "acme"})
+	}
+	fmt.Println(denials)
+	// Output:
+	// map[per-tenant acme:1 per-user alice:1]
+}
