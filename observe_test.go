@@ -35,7 +35,7 @@ func TestRuleObserverTellsWhatObserverTells(t *testing.T) {
 		r.Name, r.Limit = fmt.Sprint("per-user-", i), int64(2+i)
 		many = append(many, r)
 	}
-	memory := func(t *testing.T) store.Store {
+	inMemory := func(t *testing.T) store.Store {
 		st := memory.New(&memory.Options{SweepInterval: -1})
 		t.Cleanup(func() { st.Close() })
 		return st
@@ -46,11 +46,11 @@ func TestRuleObserverTellsWhatObserverTells(t *testing.T) {
 		rules []floodgate.Rule
 		store func(*testing.T) store.Store
 	}{
-		{"one plain rule", []floodgate.Rule{perUser}, memory},
-		{"one rule with a limit function", []floodgate.Rule{limited}, memory},
-		{"three rules", []floodgate.Rule{perUser, perOrg, dark}, memory},
-		{"nine rules", many, memory},
-		{"a rule without a key", []floodgate.Rule{global}, memory},
+		{"one plain rule", []floodgate.Rule{perUser}, inMemory},
+		{"one rule with a limit function", []floodgate.Rule{limited}, inMemory},
+		{"three rules", []floodgate.Rule{perUser, perOrg, dark}, inMemory},
+		{"nine rules", many, inMemory},
+		{"a rule without a key", []floodgate.Rule{global}, inMemory},
 		{"a failing store", []floodgate.Rule{perUser, perOrg}, down},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
