@@ -83,9 +83,10 @@ type Options struct {
 	// decisions and are not observed. An Event costs an allocation (its
 	// per-rule results are the observer's to keep).
 	Observer Observer
-	// RuleObserver, when set, is called after every decision once for each
-	// rule that took part in it, with a RuleEvent by value: what a
-	// per-key count (topkeys) needs, at no allocation.
+	// RuleObserver, when set, is called after every decision the Observer
+	// would be told of, once for each rule that took part in it, with a
+	// RuleEvent by value: what a per-key count (topkeys) needs, at no
+	// allocation.
 	RuleObserver RuleObserver
 	// ObserveSample, above 1, tells the observers of a random 1 in
 	// ObserveSample of the admitted decisions, and of every other one
