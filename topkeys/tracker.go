@@ -130,25 +130,15 @@ func minuteOf(now time.Time) int64 { return now.Unix() / 60 }
 // e.Weight decisions for its key (a limiter's ObserveSample, see
 // floodgate.Options, makes one Event stand for several), and as many
 // denials when it denied.
-func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
-	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
-		return
+func (t *Tracker) Observe(ctx context.Context, e floodgate.Event) {
+	if e.Time.IsZero() { // an Event a caller made: every rule in this minute
+		e.Time = t.now()
 	}
-	o := &e.Outcome
-	rs := o.Rules
-	if len(rs) == 0 {
-		return
-	}
-	at := e.Time
-	if at.IsZero() { // an Event a caller made
-		at = t.now()
-	}
-	minute := minuteOf(at)
-	w := max(e.Weight, 1) // an Event a caller made may leave it 0
-	failed := o.Reason == floodgate.ReasonStore
-	for i := range rs {
-		r := &rs[i]
-		t.rule(e.Limiter, r.Name).add(t, minute, r.Key, w, !failed && !r.Allowed)
+	failed := e.Outcome.Reason == floodgate.ReasonStore
+	for i := range e.Outcome.Rules {
+		r := &e.Outcome.Rules[i]
+		t.ObserveRule(ctx, floodgate.RuleEvent{Limiter: e.Limiter, Rule: r.Name, Key: r.Key, Mode: e.Mode, Time: e.Time,
+			Denied: !r.Allowed, Failed: failed, Weight: e.Weight})
 	}
 }
 
