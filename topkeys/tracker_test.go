@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,5 +355,47 @@ func TestObserveRuleCountsAsObserve(t *testing.T) {
 				t.Errorf("%s/%s: no decision counted", lr[0], lr[1])
 			}
 		}
+	}
+}
+
+// TestConcurrentRuleObserver runs a Tracker as the RuleObserver of a
+// limiter deciding from four goroutines on the system clock, over fixed
+// windows of 20 ms that turn while it runs, and wants every decision
+// counted, and as denials exactly those the limiter returned denied.
+func TestConcurrentRuleObserver(t *testing.T) {
+	tops := topkeys.New(nil)
+	st := memory.New(nil)
+	t.Cleanup(func() { st.Close() })
+	l, err := floodgate.New("api", st, []floodgate.Rule{
+		{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Align: floodgate.AlignClock, Limit: 5, Window: 20 * time.Millisecond},
+	}, &floodgate.Options{RuleObserver: tops.ObserveRule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				if !l.AllowKey(context.Background(), fmt.Sprint("k", (g+i)%10)).Allowed {
+					denied.Add(1)
+				}
+				if i%100 == 0 { // 20 ms of sleep at least: a window turns
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	d := top(t, tops, "per-user", topkeys.Decisions, 2*time.Minute, 10)
+	n := top(t, tops, "per-user", topkeys.Denials, 2*time.Minute, 10)
+	if d.Total != 8000 || n.Total != denied.Load() {
+		t.Errorf("counted %d decisions and %d denials, want 8000 and the %d returned", d.Total, n.Total, denied.Load())
+	}
+	// One window admits 10 keys × 5; more says a window turned.
+	if admitted := 8000 - denied.Load(); denied.Load() == 0 || admitted <= 50 {
+		t.Errorf("%d of 8000 admitted: the windows were not both used up and renewed", admitted)
 	}
 }
