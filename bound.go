@@ -86,8 +86,7 @@ func (l *Limiter) allowOne(ctx context.Context, key string) Decision {
 // tellRule tells the RuleObserver of the one rule's part in a decision of
 // mode on key at now, denied by the rule or not, when the decision is drawn
 // into the sample (clean: it is admitted without a shadow denial; see
-// weightOf). It takes no *Decision, so that the caller's stays in
-// registers (BenchmarkCompare).
+// weightOf).
 func (l *Limiter) tellRule(ctx context.Context, clean bool, mode Mode, key string, now time.Time, denied bool) {
 	if w := l.weightOf(clean); w > 0 {
 		l.ruleObserver(ctx, RuleEvent{Limiter: l.name, Rule: l.rules[0].Name, Key: key, Mode: mode, Time: now, Denied: denied, Weight: w})

@@ -52,14 +52,11 @@ type RuleEvent struct {
 // maxObserveSample is the largest Options.ObserveSample.
 const maxObserveSample = 1 << 20
 
-// observed says the limiter has an observer of either kind.
-func (l *Limiter) observed() bool { return l.observer != nil || l.ruleObserver != nil }
-
 // weight is how many decisions d stands for when the observers are told of
 // it (see Options.ObserveSample), or 0 when they are not: there is no
 // observer, or d is an admitted decision left out of the sample.
 func (l *Limiter) weight(d *Decision) int64 {
-	if !l.observed() {
+	if l.observer == nil && l.ruleObserver == nil {
 		return 0
 	}
 	return l.weightOf(d.Allowed && !d.ShadowDenied && d.Err == nil)
