@@ -24,7 +24,7 @@ import (
 // isolation follows the topology: decisions on the healthy masters' keys
 // stay decided by the rules (at least 99% of them), those on the lost
 // master's keys follow the policy until its replica is promoted, and
-// enforcement returns for them within 2s of the promotion. The limiter's
+// enforcement returns for them within 3s of the promotion. The limiter's
 // own breaker never opens.
 //
 // It runs twice: on Redis's default settings, where
@@ -228,8 +228,14 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 	if lostPolicy != 1 {
 		t.Errorf("lost master's keys answered by the policy before the promotion: %.2f%%, want all", 100*lostPolicy)
 	}
-	if returned > 2*time.Second {
-		t.Errorf("enforcement of the lost master's keys came back %v after the promotion, want within 2s", returned)
+	// The bound is the sum of the waits after the promotion: the lost
+	// master's breaker probes at most 1s apart (four times the 250ms
+	// cooldown); rueidis reads the slot map again up to 1s (at random)
+	// after a failed call; and the calls sent to the promoted replica
+	// before that may open its breaker for a cooldown. Typically it is
+	// about 1.2s; 2.4s was seen on a loaded CI machine.
+	if returned > 3*time.Second {
+		t.Errorf("enforcement of the lost master's keys came back %v after the promotion, want within 3s", returned)
 	}
 	if breakerOpened.Load() {
 		t.Error("the limiter's breaker left closed")
