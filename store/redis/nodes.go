@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,11 +132,37 @@ func (n *nodes) record(ctx context.Context, g *group, now int64) {
 		nd.br.Abandon()
 		return
 	}
+	if elsewhere(g.c.err, nd.addr) {
+		// rueidis, whose slot map is older than the store's, sent the
+		// call to the slot's master before a failover: no verdict on the
+		// promoted replica, which would otherwise be refused a cooldown
+		// after rueidis learns of it.
+		nd.br.Abandon()
+		n.refreshSoon()
+		return
+	}
 	if nd.br.Failure(now) {
 		n.logger.Warn("floodgate/redis: Cluster node failing; decisions on its keys follow the failure policy, others are unaffected",
 			"node", nd.addr, "err", g.c.err)
 	}
 	n.refreshSoon()
+}
+
+// elsewhere reports whether err is a network error from a node other than
+// addr, an IP and port. For a host name it reports false: the error names
+// the address the name resolved to.
+func elsewhere(err error, addr string) bool {
+	var oe *net.OpError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	to, ok := oe.Addr.(*net.TCPAddr)
+	want, parseErr := netip.ParseAddrPort(addr)
+	if !ok || parseErr != nil {
+		return false
+	}
+	got := to.AddrPort()
+	return got.Addr().Unmap() != want.Addr().Unmap() || got.Port() != want.Port()
 }
 
 // confine returns err, the failure of g's call, as a ConfinedError naming
