@@ -375,9 +375,7 @@ func TestConcurrentRuleObserver(t *testing.T) {
 	var denied atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 2000 {
 				if !l.AllowKey(context.Background(), fmt.Sprint("k", (g+i)%10)).Allowed {
 					denied.Add(1)
@@ -386,7 +384,7 @@ func TestConcurrentRuleObserver(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	d := top(t, tops, "per-user", topkeys.Decisions, 2*time.Minute, 10)
