@@ -24,12 +24,12 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	var logs syncbuf.Buffer
 	l, clock := remoteLimiter(t, st, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
-		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: cooldown},
+		Breaker:       store.BreakerOptions{Failures: 3, Cooldown: cooldown},
 		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 
 	for i := range 3 {
-		if got := l.Breaker(); got != floodgate.BreakerClosed {
+		if got := l.Breaker(); got != store.BreakerClosed {
 			t.Fatalf("breaker %v after %d failures, want closed", got, i)
 		}
 		d := l.Allow(ctx, user("alice"))
@@ -37,14 +37,14 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("failure %d: Allowed=%v Err=%v, want a fail-closed store error", i+1, d.Allowed, d.Err)
 		}
 	}
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after 3 consecutive failures, want open", got)
 	}
 
 	// Open: answered by the policy at once, without calling the store.
 	for range 20 {
 		d := l.Allow(ctx, user("alice"))
-		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, floodgate.ErrBreakerOpen) {
+		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, store.ErrBreakerOpen) {
 			t.Fatalf("with the breaker open: Allowed=%v Reason=%v Err=%v, want denied, store, ErrBreakerOpen", d.Allowed, d.Reason, d.Err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	// The store recovers, but the breaker holds until the cooldown ends.
 	st.set(healthy)
 	clock.Advance(6*time.Second - time.Microsecond)
-	if d := l.Allow(ctx, user("alice")); !errors.Is(d.Err, floodgate.ErrBreakerOpen) {
+	if d := l.Allow(ctx, user("alice")); !errors.Is(d.Err, store.ErrBreakerOpen) {
 		t.Errorf("1µs before the cooldown ends: Err=%v, want ErrBreakerOpen", d.Err)
 	}
 	if got := st.calls.Load(); got != 3 {
@@ -74,7 +74,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	if !d.Allowed || d.Reason != floodgate.ReasonNone || d.Err != nil || d.Remaining != 9 {
 		t.Errorf("probe decision: %+v, want admitted by the rules with 9 left", d)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Errorf("breaker %v after a successful probe, want closed", got)
 	}
 	for _, want := range []string{"store circuit breaker opened", "store circuit breaker closed"} {
@@ -95,12 +95,12 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	ctx := context.Background()
 	st := newFaultyStore(t, failing)
 	l, clock := remoteLimiter(t, st, floodgate.Options{
-		Breaker: floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
+		Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown},
 	})
 	if d := l.Allow(ctx, user("alice")); !d.Allowed || !errors.Is(d.Err, errStoreDown) {
 		t.Fatalf("first failure: Allowed=%v Err=%v, want fail-open with the store error", d.Allowed, d.Err)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	clock.Advance(cooldown)
@@ -108,7 +108,7 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	if got := st.calls.Load(); got != 2 {
 		t.Fatalf("store called %d times, want 2 (one failure, one probe)", got)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after a failed probe, want open again", got)
 	}
 	// Twice the cooldown from the failed probe: probes come at growing
@@ -123,7 +123,7 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonNone {
 		t.Errorf("second probe: Reason=%v Err=%v, want decided by the rules", d.Reason, d.Err)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Errorf("breaker %v after a successful probe, want closed", got)
 	}
 }
@@ -136,7 +136,7 @@ func TestBreakerJudgesTheShareOfFailures(t *testing.T) {
 	ctx := context.Background()
 	st := newFaultyStore(t, healthy)
 	l, clock := remoteLimiter(t, st, floodgate.Options{
-		Breaker: floodgate.BreakerOptions{Failures: 3, Window: time.Second, Cooldown: time.Second},
+		Breaker: store.BreakerOptions{Failures: 3, Window: time.Second, Cooldown: time.Second},
 	})
 	// A slow moment: 40 failures among 60 successes in one second, never
 	// half of the calls so far.
@@ -148,7 +148,7 @@ func TestBreakerJudgesTheShareOfFailures(t *testing.T) {
 		l.Allow(ctx, user("alice"))
 		clock.Advance(10 * time.Millisecond)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Fatalf("breaker %v after 40%% of a second's calls failed, want closed", got)
 	}
 	// Two failures and a second's quiet: not enough, and then forgotten.
@@ -158,23 +158,23 @@ func TestBreakerJudgesTheShareOfFailures(t *testing.T) {
 	clock.Advance(1100 * time.Millisecond)
 	l.Allow(ctx, user("alice"))
 	l.Allow(ctx, user("alice"))
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Fatalf("breaker %v after 2 failures, a quiet second and 2 more, want closed", got)
 	}
 	// The outage goes on: the third failure in the window opens it.
 	l.Allow(ctx, user("alice"))
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Errorf("breaker %v after 3 failures of 3 calls, want open", got)
 	}
 }
 
 func TestBreakerDisabled(t *testing.T) {
 	st := newFaultyStore(t, failing)
-	l, _ := remoteLimiter(t, st, floodgate.Options{Breaker: floodgate.BreakerOptions{Failures: -1}})
+	l, _ := remoteLimiter(t, st, floodgate.Options{Breaker: store.BreakerOptions{Failures: -1}})
 	for range 50 {
 		l.Allow(context.Background(), user("alice"))
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Errorf("disabled breaker is %v, want closed", got)
 	}
 	if got := st.calls.Load(); got != 50 {
@@ -183,8 +183,8 @@ func TestBreakerDisabled(t *testing.T) {
 }
 
 func TestBreakerStateNames(t *testing.T) {
-	for s, want := range map[floodgate.BreakerState]string{
-		floodgate.BreakerClosed: "closed", floodgate.BreakerOpen: "open", floodgate.BreakerHalfOpen: "half_open",
+	for s, want := range map[store.BreakerState]string{
+		store.BreakerClosed: "closed", store.BreakerOpen: "open", store.BreakerHalfOpen: "half_open",
 	} {
 		if got := s.String(); got != want {
 			t.Errorf("BreakerState(%d).String() = %q, want %q", s, got, want)
@@ -197,10 +197,10 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 	st := newFaultyStore(t, failing)
 	l, clock := remoteLimiter(t, st, floodgate.Options{
 		Timeout: 50 * time.Millisecond,
-		Breaker: floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
+		Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown},
 	})
 	l.Allow(context.Background(), user("alice"))
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	// The store now hangs, so the probe is in flight while the others ask.
@@ -214,7 +214,7 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if d := l.Allow(context.Background(), user("alice")); errors.Is(d.Err, floodgate.ErrBreakerOpen) {
+			if d := l.Allow(context.Background(), user("alice")); errors.Is(d.Err, store.ErrBreakerOpen) {
 				breakerAnswers.Add(1)
 			}
 		}()
@@ -227,7 +227,7 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 	if got := breakerAnswers.Load(); got != 31 {
 		t.Errorf("%d decisions answered by the breaker, want 31", got)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Errorf("breaker %v after the probe timed out, want open", got)
 	}
 }
@@ -239,10 +239,10 @@ func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
 	st := newFaultyStore(t, failing)
 	l, clock := remoteLimiter(t, st, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
-		Breaker:       floodgate.BreakerOptions{Failures: 1, Cooldown: cooldown},
+		Breaker:       store.BreakerOptions{Failures: 1, Cooldown: cooldown},
 	})
 	l.Allow(context.Background(), user("alice"))
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	clock.Advance(cooldown)
@@ -259,7 +259,7 @@ func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
 	if d := l.Allow(context.Background(), user("alice")); !d.Allowed || d.Reason != floodgate.ReasonNone {
 		t.Fatalf("after the cancelled probe: Allowed=%v Reason=%v Err=%v, want a fresh probe decided by the rules", d.Allowed, d.Reason, d.Err)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Errorf("breaker %v, want closed after the fresh probe", got)
 	}
 }
@@ -293,7 +293,7 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 	defer st.inner.Close()
 	l, clock := remoteLimiter(t, st, floodgate.Options{
 		FailurePolicy: floodgate.FailClosed,
-		Breaker:       floodgate.BreakerOptions{Failures: 3, Cooldown: time.Second},
+		Breaker:       store.BreakerOptions{Failures: 3, Cooldown: time.Second},
 	})
 	ctx := context.Background()
 	for i := range 60 {
@@ -308,7 +308,7 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.As(d.Err, &ce) || ce.Part != "node-b" {
 			t.Fatalf("decision %d, a key on the lost part: Allowed=%v Reason=%v Err=%v, want the closed policy with the confined error", i, d.Allowed, d.Reason, d.Err)
 		}
-		if got := l.Breaker(); got != floodgate.BreakerClosed {
+		if got := l.Breaker(); got != store.BreakerClosed {
 			t.Fatalf("breaker %v after %d decisions, three in four on the lost part", got, i+1)
 		}
 	}
@@ -321,7 +321,7 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 	for range 3 {
 		l.Allow(ctx, user("healthy"))
 	}
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after 3 plain failures, want open", got)
 	}
 	st.plain.Store(false)
@@ -329,13 +329,13 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 	if d := l.Allow(ctx, user("lost-probe")); d.Allowed || d.Reason != floodgate.ReasonStore {
 		t.Fatalf("a probe on the lost part: %+v", d)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerOpen {
+	if got := l.Breaker(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after a probe met a confined failure, want open", got)
 	}
 	if d := l.Allow(ctx, user("healthy-probe")); !d.Allowed || d.Reason != floodgate.ReasonNone {
 		t.Fatalf("the next probe, on a healthy part: %+v, want decided by the rules", d)
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Fatalf("breaker %v after a successful probe, want closed", got)
 	}
 }

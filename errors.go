@@ -39,10 +39,6 @@ func (e *ConfigError) Error() string {
 	return "floodgate: " + where + ": " + e.Reason
 }
 
-// ErrBreakerOpen is the store error of decisions answered by the failure
-// policy because the circuit breaker is open.
-var ErrBreakerOpen = errors.New("floodgate: store circuit breaker open")
-
 // ErrForeignTicket is returned by Refund for a ticket issued by another
 // limiter.
 var ErrForeignTicket = errors.New("floodgate: ticket belongs to another limiter")

@@ -230,7 +230,7 @@ func ExampleFailurePolicy() {
 			Clock:         floodgate.NewManualClock(exampleStart),
 			FailurePolicy: policy,
 			Timeout:       20 * time.Millisecond,
-			Breaker:       floodgate.BreakerOptions{Failures: 2, Cooldown: 5 * time.Second},
+			Breaker:       store.BreakerOptions{Failures: 2, Cooldown: 5 * time.Second},
 			Logger:        slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
@@ -245,11 +245,11 @@ func ExampleFailurePolicy() {
 	// Output:
 	// open: allowed=true reason=store retry-after=0s err=dial tcp 10.0.0.7:6379: connection refused
 	// open: allowed=true reason=store retry-after=0s err=dial tcp 10.0.0.7:6379: connection refused
-	// open: allowed=true reason=store retry-after=0s err=floodgate: store circuit breaker open
+	// open: allowed=true reason=store retry-after=0s err=store circuit breaker open
 	// breaker: open
 	// closed: allowed=false reason=store retry-after=1s err=dial tcp 10.0.0.7:6379: connection refused
 	// closed: allowed=false reason=store retry-after=5s err=dial tcp 10.0.0.7:6379: connection refused
-	// closed: allowed=false reason=store retry-after=5s err=floodgate: store circuit breaker open
+	// closed: allowed=false reason=store retry-after=5s err=store circuit breaker open
 	// breaker: open
 }
 

@@ -58,14 +58,14 @@ func (s *faultyStore) Apply(ctx context.Context, b *store.Batch) error {
 
 // remoteLimiter returns a limiter over store with one per-user rule of limit
 // 10 a minute, its clock at epoch.
-func remoteLimiter(t testing.TB, store store.Store, opts floodgate.Options) (*floodgate.Limiter, *floodgate.ManualClock) {
+func remoteLimiter(t testing.TB, st store.Store, opts floodgate.Options) (*floodgate.Limiter, *floodgate.ManualClock) {
 	t.Helper()
 	clock := floodgate.NewManualClock(epoch)
 	opts.Clock = clock
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	l, err := floodgate.New("remote", store, []floodgate.Rule{okRule()}, &opts)
+	l, err := floodgate.New("remote", st, []floodgate.Rule{okRule()}, &opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,9 +92,9 @@ func TestFailurePolicy(t *testing.T) {
 		{"hanging store, later caller deadline", hanging, floodgate.FailClosed, context.DeadlineExceeded, time.Minute},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			store := newFaultyStore(t, tt.health)
-			l, _ := remoteLimiter(t, store, floodgate.Options{
-				FailurePolicy: tt.policy, Timeout: timeout, Breaker: floodgate.BreakerOptions{Failures: -1},
+			fs := newFaultyStore(t, tt.health)
+			l, _ := remoteLimiter(t, fs, floodgate.Options{
+				FailurePolicy: tt.policy, Timeout: timeout, Breaker: store.BreakerOptions{Failures: -1},
 			})
 			ctx := context.Background()
 			if tt.callerDeadline > 0 {
@@ -130,7 +130,7 @@ func TestFailurePolicy(t *testing.T) {
 				t.Error("a decision the store never saw returned a refundable ticket")
 			}
 			// Once the store is back, enforcement resumes with nothing charged.
-			store.set(healthy)
+			fs.set(healthy)
 			if d := l.Allow(context.Background(), user("alice")); !d.Allowed || d.Reason != floodgate.ReasonNone || d.Remaining != 9 {
 				t.Errorf("after recovery: %+v, want admitted with 9 left", d)
 			}
@@ -139,9 +139,9 @@ func TestFailurePolicy(t *testing.T) {
 }
 
 func TestCallerCancellationDoesNotTripTheBreaker(t *testing.T) {
-	store := newFaultyStore(t, hanging)
-	l, _ := remoteLimiter(t, store, floodgate.Options{
-		Timeout: time.Minute, Breaker: floodgate.BreakerOptions{Failures: 2},
+	fs := newFaultyStore(t, hanging)
+	l, _ := remoteLimiter(t, fs, floodgate.Options{
+		Timeout: time.Minute, Breaker: store.BreakerOptions{Failures: 2},
 	})
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -165,10 +165,10 @@ func TestCallerCancellationDoesNotTripTheBreaker(t *testing.T) {
 			t.Errorf("Err = %v, want context.DeadlineExceeded", d.Err)
 		}
 	}
-	if got := l.Breaker(); got != floodgate.BreakerClosed {
+	if got := l.Breaker(); got != store.BreakerClosed {
 		t.Errorf("breaker %v after 8 caller cancellations, want closed", got)
 	}
-	if got := store.calls.Load(); got != 8 {
+	if got := fs.calls.Load(); got != 8 {
 		t.Errorf("store called %d times, want 8 (the breaker must not have answered)", got)
 	}
 }
@@ -177,9 +177,9 @@ func TestLimitFuncErrorFollowsThePolicy(t *testing.T) {
 	errLookup := errors.New("plan service unavailable")
 	for _, policy := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
-			store := newFaultyStore(t, healthy)
+			fs := newFaultyStore(t, healthy)
 			clock := floodgate.NewManualClock(epoch)
-			l, err := floodgate.New("plans", store, []floodgate.Rule{
+			l, err := floodgate.New("plans", fs, []floodgate.Rule{
 				{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute},
 				{Name: "per-plan", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"},
 					LimitFunc: func(context.Context, floodgate.Attributes) (int64, error) { return 0, errLookup }},
@@ -191,7 +191,7 @@ func TestLimitFuncErrorFollowsThePolicy(t *testing.T) {
 			if want := policy == floodgate.FailOpen; d.Allowed != want || d.Reason != floodgate.ReasonStore || !errors.Is(d.Err, errLookup) {
 				t.Errorf("Allowed=%v Reason=%v Err=%v, want %v, store, %v", d.Allowed, d.Reason, d.Err, want, errLookup)
 			}
-			if got := store.calls.Load(); got != 0 {
+			if got := fs.calls.Load(); got != 0 {
 				t.Errorf("store called %d times for a decision whose limits could not be loaded", got)
 			}
 			// Rules without a LimitFunc still work and were charged nothing.
@@ -201,8 +201,8 @@ func TestLimitFuncErrorFollowsThePolicy(t *testing.T) {
 		})
 	}
 	t.Run("out-of-range limit", func(t *testing.T) {
-		store := newFaultyStore(t, healthy)
-		l, err := floodgate.New("plans", store, []floodgate.Rule{
+		fs := newFaultyStore(t, healthy)
+		l, err := floodgate.New("plans", fs, []floodgate.Rule{
 			{Name: "per-plan", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute,
 				LimitFunc: func(context.Context, floodgate.Attributes) (int64, error) { return -3, nil }},
 		}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Logger: slog.New(slog.DiscardHandler)})
@@ -217,12 +217,12 @@ func TestLimitFuncErrorFollowsThePolicy(t *testing.T) {
 }
 
 func TestRefundThatCannotBeAppliedIsReported(t *testing.T) {
-	store := newFaultyStore(t, healthy)
+	fs := newFaultyStore(t, healthy)
 	var logs syncbuf.Buffer
-	l, _ := remoteLimiter(t, store, floodgate.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	l, _ := remoteLimiter(t, fs, floodgate.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx := context.Background()
 	d := must(l.Decide(ctx, floodgate.ModeConsume, user("alice"), 1))
-	store.set(failing)
+	fs.set(failing)
 	if err := l.Refund(ctx, d.Ticket()); !errors.Is(err, errStoreDown) {
 		t.Errorf("Refund on a failing store = %v, want %v", err, errStoreDown)
 	}
@@ -230,7 +230,7 @@ func TestRefundThatCannotBeAppliedIsReported(t *testing.T) {
 		t.Errorf("the failed refund was not logged; log:\n%s", logs.String())
 	}
 	// Stricter, never looser: the unit stays charged.
-	store.set(healthy)
+	fs.set(healthy)
 	if d := peek(t, l, user("alice")); d.Remaining != 9 {
 		t.Errorf("Remaining = %d after a failed refund, want 9", d.Remaining)
 	}
@@ -262,11 +262,11 @@ type failingWith struct{ err error }
 func (s failingWith) Apply(context.Context, *store.Batch) error { return s.err }
 
 func TestFailureLoggingIsRateLimited(t *testing.T) {
-	store := newFaultyStore(t, failing)
+	fs := newFaultyStore(t, failing)
 	var logs syncbuf.Buffer
-	l, clock := remoteLimiter(t, store, floodgate.Options{
+	l, clock := remoteLimiter(t, fs, floodgate.Options{
 		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
-		Breaker: floodgate.BreakerOptions{Failures: -1},
+		Breaker: store.BreakerOptions{Failures: -1},
 	})
 	for range 100 {
 		l.Allow(context.Background(), user("alice"))

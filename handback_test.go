@@ -44,7 +44,7 @@ func waitRemaining(t *testing.T, want int64, instances ...*floodgate.Limiter) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Breaker() == floodgate.BreakerClosed && o.Reason != floodgate.ReasonStore && o.Remaining == want {
+		if l.Breaker() == store.BreakerClosed && o.Reason != floodgate.ReasonStore && o.Remaining == want {
 			return
 		}
 		if time.Now().After(deadline) {

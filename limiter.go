@@ -67,7 +67,7 @@ type Options struct {
 	// In-process stores are not given one.
 	Timeout time.Duration
 	// Breaker tunes the circuit breaker around remote stores.
-	Breaker BreakerOptions
+	Breaker store.BreakerOptions
 	// Fallback, when set, decides in place of the failure policy whenever
 	// the store cannot answer (a failed call, or the breaker open): the
 	// decision is applied to Fallback instead, typically a memory store
@@ -186,8 +186,9 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	if opts.Timeout < 0 {
 		return nil, limiterError(name, "timeout", "must not be negative")
 	}
-	if err := opts.Breaker.check(name); err != nil {
-		return nil, err
+	if err := opts.Breaker.Check(); err != nil {
+		fe := err.(*store.FieldError)
+		return nil, limiterError(name, fe.Field, fe.Reason)
 	}
 	if opts.ObserveSample < 0 || opts.ObserveSample > maxObserveSample {
 		return nil, limiterError(name, "observe_sample", "must be between 0 and "+strconv.Itoa(maxObserveSample))
@@ -283,7 +284,7 @@ func (l *Limiter) FailurePolicy() FailurePolicy { return l.policy }
 func (l *Limiter) Shadow() bool { return l.shadow }
 
 // Breaker returns the state of the limiter's circuit breaker.
-func (l *Limiter) Breaker() BreakerState { return BreakerState(l.breaker.State()) }
+func (l *Limiter) Breaker() store.BreakerState { return l.breaker.State() }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
@@ -625,7 +626,7 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 		return nil
 	}
 	if !l.breaker.Allow(b.Now.UnixNano()) {
-		return ErrBreakerOpen
+		return store.ErrBreakerOpen
 	}
 	// A caller whose own deadline comes first (a gRPC call from Envoy, an
 	// HTTP request with a timeout) already bounds the store call: deriving

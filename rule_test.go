@@ -316,7 +316,7 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if l.Shadow() {
 		t.Error("Shadow() = true for a limiter configured without shadow")
 	}
-	if got, want := l.Breaker(), floodgate.BreakerClosed; got != want {
+	if got, want := l.Breaker(), store.BreakerClosed; got != want {
 		t.Errorf("Breaker() = %v, want %v", got, want)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -67,7 +68,7 @@ func TestShortStallIsNoOutage(t *testing.T) {
 	stop := make(chan struct{})
 	var opened atomic.Bool
 	wg := drive(l, 64, stop, func(d floodgate.Decision) {
-		if l.Breaker() != floodgate.BreakerClosed {
+		if l.Breaker() != store.BreakerClosed {
 			opened.Store(true)
 		}
 		byPolicy := d.Reason == floodgate.ReasonStore
@@ -137,14 +138,14 @@ func TestOutageOpensAndRecovers(t *testing.T) {
 	srv.Pause()
 	opened := false
 	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		opened = opened || l.Breaker() != floodgate.BreakerClosed
+		opened = opened || l.Breaker() != store.BreakerClosed
 	}
 	srv.Resume()
 	if !opened {
 		t.Fatal("the breaker did not open in 1.5 s of outage")
 	}
 	back := time.Now()
-	for l.Breaker() != floodgate.BreakerClosed {
+	for l.Breaker() != store.BreakerClosed {
 		if time.Since(back) > 1500*time.Millisecond {
 			t.Fatalf("breaker still %v 1.5 s after Redis answered again (the longest cooldown is 1 s)", l.Breaker())
 		}

@@ -39,7 +39,7 @@ type Config struct {
 	// FailurePolicy is every limiter's policy unless it sets its own.
 	FailurePolicy floodgate.FailurePolicy
 	// Breaker tunes every limiter's circuit breaker unless it sets its own.
-	Breaker floodgate.BreakerOptions
+	Breaker store.BreakerOptions
 	// Limiters are the configured limiters, in file order, with unique
 	// names.
 	Limiters []Limiter
@@ -140,7 +140,7 @@ type Limiter struct {
 	// Deadline bounds each store call; 0 means the store's default.
 	Deadline time.Duration
 	// Breaker tunes the limiter's circuit breaker.
-	Breaker floodgate.BreakerOptions
+	Breaker store.BreakerOptions
 	// Rules are the limiter's rules, tiers already turned into overrides
 	// (after the rule's explicit overrides, which therefore win).
 	Rules []floodgate.Rule

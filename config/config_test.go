@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -273,7 +274,7 @@ func TestRedisSentinel(t *testing.T) {
 	if api.FailurePolicy != floodgate.FailClosed || api.Deadline != 10*time.Millisecond {
 		t.Errorf("api = %+v", api)
 	}
-	if got, want := api.Breaker, (floodgate.BreakerOptions{Failures: 3, Ratio: 0.25, Window: 2 * time.Second, Cooldown: 500 * time.Millisecond, MaxCooldown: 4 * time.Second}); got != want {
+	if got, want := api.Breaker, (store.BreakerOptions{Failures: 3, Ratio: 0.25, Window: 2 * time.Second, Cooldown: 500 * time.Millisecond, MaxCooldown: 4 * time.Second}); got != want {
 		t.Errorf("api breaker = %+v, want %+v", got, want)
 	}
 	if web.FailurePolicy != floodgate.FailOpen || web.Deadline != 20*time.Millisecond || web.Breaker.Failures != -1 {

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/yamlnode"
+	"github.com/floodgate-go/floodgate/store"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/floodgate-go/floodgate"
 )
 
-func (d *decoder) breaker(n *yaml.Node, path string, b *floodgate.BreakerOptions) {
+func (d *decoder) breaker(n *yaml.Node, path string, b *store.BreakerOptions) {
 	f := d.mapping(n, path, "failures", "ratio", "window", "cooldown", "max_cooldown", "disabled")
 	if f == nil {
 		return

@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // observedLimiter is a limiter as operators see it in GET /v1/top, on the
@@ -29,9 +30,9 @@ func (o observedLimiter) FailurePolicy() floodgate.FailurePolicy {
 func (o observedLimiter) Name() string { return o.name }
 
 // Breaker is the limiter's breaker state: closed without a limiter.
-func (o observedLimiter) Breaker() floodgate.BreakerState {
+func (o observedLimiter) Breaker() store.BreakerState {
 	if o.l == nil {
-		return floodgate.BreakerClosed
+		return store.BreakerClosed
 	}
 	return o.l.Breaker()
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 	"github.com/floodgate-go/floodgate/store/share"
@@ -33,7 +34,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	fallback, _ := share.New(mem, 1)
 	lim, err := floodgate.New("api", late, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{Fallback: fallback, FailurePolicy: floodgate.FailClosed, Breaker: floodgate.BreakerOptions{Cooldown: 100 * time.Millisecond}})
+	}, &floodgate.Options{Fallback: fallback, FailurePolicy: floodgate.FailClosed, Breaker: store.BreakerOptions{Cooldown: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

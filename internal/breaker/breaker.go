@@ -8,19 +8,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/floodgate-go/floodgate/store"
 )
 
-// State is a breaker's state. The values are those of
-// floodgate.BreakerState.
-type State uint8
+// State is a breaker's state.
+type State = store.BreakerState
 
+// The states.
 const (
-	// Closed: calls go through.
-	Closed State = iota
-	// Open: calls are refused until the cooldown has passed.
-	Open
-	// HalfOpen: one probe is in flight; other calls are refused.
-	HalfOpen
+	Closed   = store.BreakerClosed
+	Open     = store.BreakerOpen
+	HalfOpen = store.BreakerHalfOpen
 )
 
 // Defaults of Options.
@@ -39,25 +38,8 @@ const maxCooldownFactor = 4
 // by a tenth.
 const buckets = 10
 
-// Options tune a Breaker. Zero values mean the defaults.
-type Options struct {
-	// Failures is the fewest failures within Window that can open the
-	// breaker (a minimum volume: a quiet store's one slow call is not an
-	// outage); DefaultFailures when 0. A negative value disables the
-	// breaker: it never opens.
-	Failures int
-	// Ratio is the share of the calls within Window that must have failed
-	// for the breaker to open, in (0, 1]; DefaultRatio when 0.
-	Ratio float64
-	// Window is the span of recent calls judged; DefaultWindow when 0.
-	Window time.Duration
-	// Cooldown is how long the breaker stays open before its first probe;
-	// DefaultCooldown when 0. Each failed probe doubles it, up to
-	// MaxCooldown (4 times Cooldown when 0); a successful probe closes
-	// the breaker and resets it.
-	Cooldown    time.Duration
-	MaxCooldown time.Duration
-}
+// Options tune a Breaker (see store.BreakerOptions).
+type Options = store.BreakerOptions
 
 // Breaker is a failure-ratio circuit breaker. It is safe for concurrent
 // use and lock-free but for the turn of a bucket (once a tenth of the
@@ -86,8 +68,7 @@ func New(failures int, cooldown time.Duration) *Breaker {
 }
 
 // NewWith returns a closed breaker tuned by o. Values out of range are
-// replaced by the defaults; callers validate them first (floodgate.New
-// does).
+// replaced by the defaults; callers validate them first (store.BreakerOptions.Check).
 func NewWith(o Options) *Breaker {
 	b := &Breaker{failures: int64(o.Failures), ratio: o.Ratio, disabled: o.Failures < 0}
 	if b.failures == 0 {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -46,7 +47,7 @@ func TestClusterCompensationUsesItsNode(t *testing.T) {
 		}
 	}
 	st := serverStore(t, cl.Addrs(), true, func(o *redis.Options) {
-		o.NodeBreaker = floodgate.BreakerOptions{Failures: 1, Cooldown: time.Minute}
+		o.NodeBreaker = store.BreakerOptions{Failures: 1, Cooldown: time.Minute}
 	})
 	lim, err := floodgate.New("comp", st, []floodgate.Rule{
 		{Name: "a", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}},

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -60,15 +61,15 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 	cl := redistest.StartClusterWith(t, redistest.ClusterOptions{Replicas: 1, Args: args})
 	victim, heir := cl.Nodes[0], cl.Replicas[0][0]
 	var logs syncbuf.Buffer
-	store, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	st, err := redis.New(&redis.Options{Cluster: cl.Addrs(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	if warned := strings.Contains(logs.String(), "cluster-require-full-coverage is yes"); warned != fullCoverage {
 		t.Errorf("start-up warning about cluster-require-full-coverage: %v, want %v; log:\n%s", warned, fullCoverage, logs.String())
 	}
-	lim, err := floodgate.New("lost", store, []floodgate.Rule{
+	lim, err := floodgate.New("lost", st, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1e9, Window: time.Hour, Key: []string{"user"}},
 	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Timeout: 250 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler)})
@@ -133,7 +134,7 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
-			if lim.Breaker() != floodgate.BreakerClosed {
+			if lim.Breaker() != store.BreakerClosed {
 				breakerOpened.Store(true)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 	"github.com/redis/rueidis"
 )
@@ -101,19 +102,19 @@ func waitGoroutines(t *testing.T, n int) {
 func TestRedisFaults(t *testing.T) {
 	base := runtime.NumGoroutine()
 	srv := redistest.Start(t)
-	store, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
+	st, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const deadline = 50 * time.Millisecond
 	opts := &floodgate.Options{Timeout: deadline, FailurePolicy: floodgate.FailClosed,
-		Breaker: floodgate.BreakerOptions{Failures: 5, Cooldown: 200 * time.Millisecond}}
+		Breaker: store.BreakerOptions{Failures: 5, Cooldown: 200 * time.Millisecond}}
 	rules := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1_000_000, Window: time.Hour, Key: []string{"user"}}}
-	lim, err := floodgate.New("faults", store, rules, opts)
+	lim, err := floodgate.New("faults", st, rules, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	strict, err := floodgate.New("strict", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour}}, opts)
+	strict, err := floodgate.New("strict", st, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestRedisFaults(t *testing.T) {
 			t.Errorf("%s: %d of %d decisions by policy", phase, failures, n)
 		}
 	}
-	waitBreaker := func(phase string, want floodgate.BreakerState) {
+	waitBreaker := func(phase string, want store.BreakerState) {
 		t.Helper()
 		for end := time.Now().Add(2 * time.Second); lim.Breaker() != want; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(end) {
@@ -147,16 +148,16 @@ func TestRedisFaults(t *testing.T) {
 	check("healthy", false)
 
 	srv.Pause()
-	waitBreaker("hung", floodgate.BreakerOpen)
+	waitBreaker("hung", store.BreakerOpen)
 	time.Sleep(500 * time.Millisecond)
 	check("hung", true)
 	srv.Resume()
 	time.Sleep(500 * time.Millisecond)
-	waitBreaker("resumed", floodgate.BreakerClosed)
+	waitBreaker("resumed", store.BreakerClosed)
 	l.snapshot()
 
 	srv.Kill()
-	waitBreaker("killed", floodgate.BreakerOpen)
+	waitBreaker("killed", store.BreakerOpen)
 	time.Sleep(500 * time.Millisecond)
 	check("killed", true)
 
@@ -189,7 +190,7 @@ func TestRedisFaults(t *testing.T) {
 
 	l.halt()
 	l.stop = make(chan struct{}) // the deferred halt finds nothing to stop
-	store.Close()
+	st.Close()
 	srv.Kill()
 	waitGoroutines(t, base+2)
 }
@@ -199,13 +200,13 @@ func TestRedisFaults(t *testing.T) {
 func TestClusterNodeKilled(t *testing.T) {
 	base := runtime.NumGoroutine()
 	cl := redistest.StartCluster(t)
-	store, err := redis.New(&redis.Options{Cluster: cl.Addrs()})
+	st, err := redis.New(&redis.Options{Cluster: cl.Addrs()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := &floodgate.Options{Timeout: 500 * time.Millisecond, FailurePolicy: floodgate.FailClosed,
-		Breaker: floodgate.BreakerOptions{Failures: -1}}
-	lim, err := floodgate.New("nodes", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}}, opts)
+		Breaker: store.BreakerOptions{Failures: -1}}
+	lim, err := floodgate.New("nodes", st, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	if live == 0 || dead == 0 {
 		t.Fatalf("keys on live nodes %d, on the killed node %d: want some of each", live, dead)
 	}
-	store.Close()
+	st.Close()
 	for _, n := range cl.Nodes {
 		n.Kill()
 	}
@@ -298,17 +299,17 @@ func TestClientClusterStartupChecks(t *testing.T) {
 	}
 	defer client.Close()
 	var logs syncbuf.Buffer
-	store, err := redis.NewFromClient(client, &redis.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	st, err := redis.NewFromClient(client, &redis.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	for _, want := range []string{"masters without replicas", "cluster-require-full-coverage is yes"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("start-up log lacks %q:\n%s", want, logs.String())
 		}
 	}
-	lim, err := floodgate.New("fault", store, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}}}, patient)
+	lim, err := floodgate.New("fault", st, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}}}, patient)
 	if err != nil {
 		t.Fatal(err)
 	}

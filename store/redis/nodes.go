@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/breaker"
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -73,7 +72,7 @@ type nodes struct {
 	wg         sync.WaitGroup
 }
 
-func newNodes(run *rueidisRunner, o floodgate.BreakerOptions, logger *slog.Logger) *nodes {
+func newNodes(run *rueidisRunner, o store.BreakerOptions, logger *slog.Logger) *nodes {
 	tuning := breaker.Options{Failures: o.Failures, Ratio: o.Ratio, Window: o.Window, Cooldown: o.Cooldown, MaxCooldown: o.MaxCooldown}
 	return &nodes{run: run, tuning: tuning, logger: logger, byAddr: map[string]*node{}}
 }
@@ -93,7 +92,7 @@ func (n *nodes) get(addr string) *node {
 	nd := n.byAddr[addr]
 	if nd == nil {
 		nd = &node{addr: addr, br: breaker.NewWith(n.tuning)}
-		nd.refused = &store.ConfinedError{Part: addr, Err: fmt.Errorf("redis: Cluster node %s: %w", addr, floodgate.ErrBreakerOpen)}
+		nd.refused = &store.ConfinedError{Part: addr, Err: fmt.Errorf("redis: Cluster node %s: %w", addr, store.ErrBreakerOpen)}
 		n.byAddr[addr] = nd
 	}
 	return nd

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/redis/rueidis"
-
-	"github.com/floodgate-go/floodgate"
 )
 
 // TestElsewhere pins which errors name a node other than the one the
@@ -79,7 +78,7 @@ func TestRecordElsewhere(t *testing.T) {
 		{heir, false},
 		{lost, true},
 	} {
-		n := newNodes(nil, floodgate.BreakerOptions{}, slog.New(slog.DiscardHandler))
+		n := newNodes(nil, store.BreakerOptions{}, slog.New(slog.DiscardHandler))
 		n.next.Store(time.Now().Add(time.Hour).UnixNano()) // no slot-map read
 		nd := n.get(tc.node)
 		now := time.Now().UnixNano()

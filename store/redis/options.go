@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // DefaultKeyPrefix is the prefix of every key a Store writes when
@@ -84,11 +84,11 @@ type Options struct {
 
 	// NodeBreaker tunes the circuit breaker each master of a Cluster has
 	// in the store (see the package documentation), as
-	// floodgate.BreakerOptions tune a limiter's (Failures, Ratio, Window,
+	// store.BreakerOptions tune a limiter's (Failures, Ratio, Window,
 	// Cooldown and MaxCooldown, with the same defaults: at least 5
 	// failures and half of a second's calls, a 250ms first cooldown growing
 	// to 1s). Outside Cluster the limiter's breaker alone guards the store.
-	NodeBreaker floodgate.BreakerOptions
+	NodeBreaker store.BreakerOptions
 
 	// Logger receives compensations that could not be applied and the
 	// Cluster breakers' state changes; nil means slog.Default().
