@@ -28,9 +28,9 @@ func (l *Limiter) GiveBack(ctx context.Context, attrs Attributes, n int64) error
 	if n == 0 {
 		return nil
 	}
-	c := l.call(store.Refund, n)
-	defer l.calls.Put(c)
-	now := c.b.Now.UnixMicro()
+	// A ticket of its own: the store marks it spent, so it applies once.
+	sh := sheet{mode: store.Refund, cost: n, ticket: rand.Uint64() | 1, now: l.clock.Now().UnixMicro()}
+	now := sh.now
 	for _, r := range l.rules {
 		key := r.keyFor(attrs)
 		if key == "" {
@@ -40,18 +40,14 @@ func (l *Limiter) GiveBack(ctx context.Context, attrs Attributes, n int64) error
 		if err != nil {
 			return err
 		}
-		stamp, ok := algo.StampAt(&p, now)
-		if !ok {
-			continue
+		if stamp, ok := algo.StampAt(&p, now); ok {
+			sh.add(r, key, p.Limit, p.Burst).stamp = stamp
 		}
-		c.b.Ops = append(c.b.Ops, store.Op{Scope: r.scope, Key: key, Params: p, Stamp: stamp})
 	}
-	if len(c.b.Ops) == 0 {
+	if sh.n == 0 {
 		return nil
 	}
-	// A ticket of its own: the store marks it spent, so it applies once.
-	c.b.Ticket = rand.Uint64() | 1
-	if err := l.apply(ctx, &c.b); err != nil {
+	if err := l.exec(ctx, &sh); err != nil {
 		l.logger.WarnContext(ctx, "floodgate: give-back not applied", "limiter", l.name, "err", err)
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -109,54 +108,44 @@ type Options struct {
 
 // Limiter applies a set of rules to requests. It is safe for concurrent use.
 type Limiter struct {
-	name     string
-	store    store.Store
-	fallback store.Store
-	handback *handback // what the fallback charged (handback.go); nil without one
-	rules    []*compiledRule
-	byName   map[string]*compiledRule
-	leases   bool // a rule is Concurrency: consumes need a lease id
+	name   string
+	store  store.Store
+	rules  []*compiledRule
+	byName map[string]*compiledRule
+	leases bool // a rule is Concurrency: consumes need a lease id
+	// bound decides on the rules by value when the store binds them
+	// (store.Binder); nil for other stores, which are sent Batches.
+	bound store.Bound
 	// keyAttr is the one attribute every keyed rule keys on ("" when no
-	// rule has a key); oneKey says there is at most one, so AllowKey can
-	// decide; plain says no rule has overrides or a LimitFunc, so AllowKey
-	// needs no Attributes at all.
-	keyAttr      string
-	oneKey       bool
-	plain        bool
+	// rule has a key); byKey says there is at most one, so that AllowKey
+	// can decide; dynamic says a rule has overrides or a LimitFunc, which
+	// read the request's Attributes.
+	keyAttr string
+	byKey   bool
+	dynamic bool
+
 	clock        Clock
 	policy       FailurePolicy
 	shadow       bool
-	timeout      time.Duration
-	remote       bool
-	local        store.Local // answers some batches in-process first (store/grant)
-	breaker      *breaker
 	observer     Observer
 	ruleObserver RuleObserver
 	sample       uint32 // ObserveSample; 0 or 1: every decision
 	logger       *slog.Logger
 	opts         Options // as given to New, for views made with Only
 
-	// bound, when the store is in process (a store.Binder) and there are
-	// at most store.MaxBound rules, decides consumes, peeks and records
-	// without a Batch (bound.go); refunds, resets and other stores take
-	// the Batch path.
-	bound store.Bound
-	// lean says a consume of one unit is decided by allowOne: one bound
-	// rule without overrides or a LimitFunc, no Concurrency lease, no
-	// Observer (a RuleObserver is told by tellRule).
-	lean bool
+	// The remote store's policy: its deadline and breaker, and the
+	// fallback with what it charged (handback.go).
+	timeout  time.Duration
+	remote   bool
+	local    store.Local // answers some batches in-process first (store/grant)
+	breaker  *breaker
+	fallback store.Store
+	handback *handback
 
 	held       *nameHold // the limiter's hold on its name (names.go)
-	calls      sync.Pool // of *call: a Batch crosses the Store interface, so it lives on the heap
+	batches    sync.Pool // of *store.Batch: a Batch crosses the Store interface, so it lives on the heap
 	lastLog    atomic.Int64
 	suppressed atomic.Int64
-}
-
-// call is one store call in the making: the batch and, for each of its ops,
-// the rule it came from.
-type call struct {
-	b     store.Batch
-	rules []*compiledRule
 }
 
 // New returns a limiter named name that keeps its state in store and applies
@@ -234,24 +223,30 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		if _, dup := l.byName[r.Name]; dup {
 			return nil, &ConfigError{Limiter: name, Rule: r.Name, RuleIndex: i, Field: "name", Reason: "duplicate rule name"}
 		}
-		c.shadow = c.Shadow || l.shadow
+		c.index, c.shadow = i, c.Shadow || l.shadow
 		l.byName[r.Name] = c
 		l.rules = append(l.rules, c)
 		l.leases = l.leases || r.Algorithm == Concurrency
+		l.dynamic = l.dynamic || r.Overrides != nil || r.LimitFunc != nil
 	}
-	l.keyAttr, l.oneKey, l.plain = oneKey(l.rules)
-	if b, ok := st.(store.Binder); ok && len(l.rules) <= store.MaxBound {
+	l.keyAttr, l.byKey = keyAttr(l.rules)
+	if b, ok := st.(store.Binder); ok {
 		l.bound = b.Bind(l.boundRules())
 	}
-	l.lean = l.bound != nil && len(l.rules) == 1 && l.plain && !l.leases && l.observer == nil
 	if err := l.hold(opts.Replaces); err != nil {
 		return nil, err
 	}
-	n := len(rules)
-	l.calls.New = func() any {
-		return &call{b: store.Batch{Ops: make([]store.Op, 0, n)}, rules: make([]*compiledRule, 0, n)}
-	}
+	l.batches.New = func() any { return &store.Batch{Ops: make([]store.Op, 0, len(rules))} }
 	return l, nil
+}
+
+// boundRules are l's rules as a store binds them.
+func (l *Limiter) boundRules() []store.BoundRule {
+	out := make([]store.BoundRule, len(l.rules))
+	for i, r := range l.rules {
+		out[i] = store.BoundRule{Scope: r.scope, Params: r.params, Shadow: r.shadow}
+	}
+	return out
 }
 
 // Name returns the limiter's name.
@@ -288,10 +283,7 @@ func (l *Limiter) Breaker() store.BreakerState { return l.breaker.State() }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
-	if l.lean {
-		return l.allowOne(ctx, l.rules[0].keyFor(attrs))
-	}
-	return l.decide(ctx, ModeConsume, attrs, 1, nil)
+	return l.decide(ctx, ModeConsume, 1, attrs, "", nil)
 }
 
 // AllowN asks for n units. Every applicable rule must admit n for the
@@ -321,7 +313,7 @@ func (l *Limiter) decideN(ctx context.Context, mode Mode, attrs Attributes, n in
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decide(ctx, mode, attrs, n, nil), nil
+	return l.decide(ctx, mode, n, attrs, "", nil), nil
 }
 
 // AllowKey asks for one unit for key: the call for a limiter whose rules
@@ -331,72 +323,29 @@ func (l *Limiter) decideN(ctx context.Context, mode Mode, attrs Attributes, n in
 // rules key on several attributes or on a KeyFunc, the key's attribute is
 // unknown: the decision is then the failure policy's, with Err saying so.
 func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
-	if !l.oneKey {
-		c := l.call(ModeConsume, 1)
-		return l.run(ctx, c, sprintfErr("floodgate: limiter %q: AllowKey needs rules keyed on one attribute at most", l.name), nil)
+	switch {
+	case !l.byKey:
+		sh := sheet{mode: ModeConsume, cost: 1, now: l.clock.Now().UnixMicro()}
+		return l.failed(ctx, &sh, sprintfErr("floodgate: limiter %q: AllowKey needs rules keyed on one attribute at most", l.name))
+	case l.dynamic: // overrides and limit functions read the attributes
+		return l.decide(ctx, ModeConsume, 1, Attributes{l.keyAttr: key}, "", nil)
 	}
-	if !l.plain {
-		return l.decide(ctx, ModeConsume, Attributes{l.keyAttr: key}, 1, nil)
-	}
-	key = single(key)
-	if l.bound != nil && len(l.rules) == 1 {
-		if len(l.rules[0].Key) == 0 {
-			key = globalKey
-		}
-		if !l.lean || key == "" {
-			return l.decideOne(ctx, ModeConsume, 1, key, 0, 0, nil, nil)
-		}
-		// allowOne, written out: one call shorter (BenchmarkCompare).
-		r := l.rules[0]
-		now := l.clock.Now()
-		res, _, admitted := l.bound.One(ModeConsume, now.UnixMicro(), 1, 0, key, 0, 0)
-		if l.ruleObserver == nil {
-			return ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
-		}
-		d := ruleVerdict(r, ModeConsume, admitted, &res, r.params.Limit)
-		l.tellRule(ctx, d.Allowed && !d.ShadowDenied, ModeConsume, key, now, !res.Allowed)
-		return d
-	}
-	if l.bound != nil {
-		var c store.Call
-		for i, r := range l.rules {
-			switch {
-			case len(r.Key) == 0:
-				c.Keys[i] = globalKey
-			case key != "":
-				c.Keys[i] = key
-			}
-		}
-		return l.decideBound(ctx, ModeConsume, 1, &c, nil, nil)
-	}
-	c := l.call(ModeConsume, 1)
-	for _, r := range l.rules {
-		switch {
-		case len(r.Key) == 0:
-			c.add(r, globalKey)
-		case key != "":
-			c.add(r, key)
-		}
-	}
-	return l.run(ctx, c, nil, nil)
+	return l.decide(ctx, ModeConsume, 1, nil, single(key), nil)
 }
 
-// oneKey returns the one attribute name the keyed rules key on ("" when
-// none has a key), whether there is at most one (not several, composite
-// keys or a KeyFunc), and whether AllowKey can decide without attributes
-// (no rule needs them for anything else).
-func oneKey(rules []*compiledRule) (attr string, one, plain bool) {
-	plain = true
+// keyAttr returns the one attribute name the keyed rules key on ("" when
+// none has a key), and whether there is at most one (not several,
+// composite keys or a KeyFunc).
+func keyAttr(rules []*compiledRule) (attr string, one bool) {
 	for _, r := range rules {
 		if r.KeyFunc != nil || len(r.Key) > 1 || len(r.Key) == 1 && attr != "" && r.Key[0] != attr {
-			return "", false, false
+			return "", false
 		}
 		if len(r.Key) == 1 {
 			attr = r.Key[0]
 		}
-		plain = plain && r.Overrides == nil && r.LimitFunc == nil
 	}
-	return attr, true, plain
+	return attr, true
 }
 
 // Decide makes the decision that AllowN (ModeConsume), Peek (ModePeek) or
@@ -408,7 +357,7 @@ func (l *Limiter) Decide(ctx context.Context, mode Mode, attrs Attributes, n int
 		return Outcome{}, err
 	}
 	var o Outcome
-	l.decide(ctx, mode, attrs, n, &o)
+	l.decide(ctx, mode, n, attrs, "", &o)
 	return o, nil
 }
 
@@ -441,20 +390,19 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 	if t.Limiter != l.name {
 		return ErrForeignTicket
 	}
-	c := l.call(store.Refund, t.Cost)
-	defer l.calls.Put(c)
-	c.b.Ticket = t.ID
+	sh := sheet{mode: store.Refund, cost: t.Cost, ticket: t.ID, now: l.clock.Now().UnixMicro()}
 	for _, e := range t.Entries {
 		r := l.byName[e.Rule]
 		if r == nil {
 			continue // the rule was removed since: nothing to give back
 		}
-		c.b.Ops = append(c.b.Ops, store.Op{Scope: r.scope, Key: e.Key, Params: r.refundParams(e), Stamp: e.Stamp})
+		p := r.refundParams(e)
+		sh.add(r, e.Key, p.Limit, p.Burst).stamp = e.Stamp
 	}
-	if len(c.b.Ops) == 0 {
+	if sh.n == 0 {
 		return nil
 	}
-	if err := l.apply(ctx, &c.b); err != nil {
+	if err := l.exec(ctx, &sh); err != nil {
 		l.logger.WarnContext(ctx, "floodgate: refund not applied", "limiter", l.name, "err", err)
 		return err
 	}
@@ -463,157 +411,16 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 
 // Reset forgets the state of every rule's key for attrs (an admin action).
 func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
-	c := l.call(store.Reset, 0)
-	defer l.calls.Put(c)
+	sh := sheet{mode: store.Reset, now: l.clock.Now().UnixMicro()}
 	for _, r := range l.rules {
 		if key := r.keyFor(attrs); key != "" {
-			c.b.Ops = append(c.b.Ops, store.Op{Scope: r.scope, Key: key, Params: r.params})
+			sh.add(r, key, r.params.Limit, r.params.Burst)
 		}
 	}
-	if len(c.b.Ops) == 0 {
+	if sh.n == 0 {
 		return nil
 	}
-	return l.apply(ctx, &c.b)
-}
-
-// call returns an empty call of the given mode and cost, at the limiter's
-// clock reading.
-func (l *Limiter) call(mode store.Mode, cost int64) *call {
-	c := l.calls.Get().(*call)
-	c.b = store.Batch{Mode: mode, Now: l.clock.Now(), Cost: cost, Ops: c.b.Ops[:0]}
-	c.rules = c.rules[:0]
-	return c
-}
-
-// decide makes one decision for attrs. o, when not nil, receives it in
-// full.
-func (l *Limiter) decide(ctx context.Context, mode Mode, attrs Attributes, cost int64, o *Outcome) Decision {
-	if l.bound != nil && len(l.rules) == 1 {
-		key, limit, burst, err := l.bindOne(ctx, attrs)
-		return l.decideOne(ctx, mode, cost, key, limit, burst, err, o)
-	}
-	if l.bound != nil {
-		var c store.Call
-		err := l.bindCall(ctx, &c, attrs)
-		return l.decideBound(ctx, mode, cost, &c, err, o)
-	}
-	c := l.call(mode, cost)
-	err := l.build(ctx, c, attrs)
-	return l.run(ctx, c, err, o)
-}
-
-// run applies c, the batch of the rules that apply to a request (or the
-// error that stopped building it), to the store (or, when the store cannot
-// answer, to the fallback or the failure policy) and reads the decision off
-// the results. The per-rule results are built only for o or an observed
-// decision.
-func (l *Limiter) run(ctx context.Context, c *call, err error, o *Outcome) Decision {
-	b := &c.b
-	if err == nil && len(b.Ops) > 0 {
-		if b.Mode != ModePeek && (o != nil || l.leases) {
-			b.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
-		}
-		if err = l.apply(ctx, b); err != nil && l.fallback != nil {
-			// One line for the decision: the fallback's, or (both failing)
-			// the failure policy's, naming both errors.
-			if ferr := l.fallback.Apply(ctx, b); ferr != nil {
-				err = errors.Join(err, ferr)
-			} else {
-				l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, b.Now)
-				l.handback.note(b)
-				err = nil
-			}
-		}
-	}
-	var buf [maxInline]applied
-	sh := sheet{mode: b.Mode, cost: b.Cost, ticket: b.Ticket, admitted: b.Allowed, rules: buf[:0]}
-	if len(b.Ops) > maxInline {
-		sh.rules = make([]applied, 0, len(b.Ops))
-	}
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		sh.rules = append(sh.rules, applied{rule: c.rules[i], key: op.Key, limit: op.Params.Limit, burst: op.Params.Burst, stamp: op.Stamp, res: op.Result})
-	}
-	now := b.Now
-	l.calls.Put(c)
-	return l.conclude(ctx, &sh, now, err, o)
-}
-
-// maxInline is how many rules a decision on the Batch path reads back
-// without allocating.
-const maxInline = 8
-
-// sheet is one decision's applied rules and their answers, whichever path
-// decided it: what the Decision, the Outcome and the Event are read from.
-// (The decision's time is passed beside it: a time.Time holds a pointer,
-// and the Event handed to the observer would take the sheet, and the
-// caller's array of its rules, to the heap with it.)
-type sheet struct {
-	mode     Mode
-	cost     int64
-	ticket   uint64
-	admitted bool // a consume was admitted and charged
-	rules    []applied
-}
-
-// applied is one applied rule of a decision, its key and limits, and its
-// answer.
-type applied struct {
-	rule         *compiledRule
-	key          string
-	limit, burst int64
-	stamp        int64
-	res          store.Result
-}
-
-// conclude reads the decision made at now off sh (or, when err is not nil,
-// makes the failure policy's), tells the observer of it and fills o when
-// asked.
-func (l *Limiter) conclude(ctx context.Context, sh *sheet, now time.Time, err error, o *Outcome) Decision {
-	var d Decision
-	switch {
-	case err != nil:
-		d = l.failed(ctx, now, sh, err)
-	case len(sh.rules) == 0:
-		d.Allowed = true // no rule applies to this request
-	default:
-		d = verdict(sh)
-	}
-	w := l.weight(&d)
-	if o == nil && w == 0 {
-		return d
-	}
-	return l.report(ctx, sh, now, d, err == nil, w, o)
-}
-
-// build adds an op to c for every rule that applies to attrs.
-func (l *Limiter) build(ctx context.Context, c *call, attrs Attributes) error {
-	for _, r := range l.rules {
-		key := r.keyFor(attrs)
-		if key == "" {
-			continue
-		}
-		op := c.add(r, key)
-		if r.Overrides != nil || r.LimitFunc != nil {
-			var err error
-			if op.Params, err = r.paramsFor(ctx, attrs); err != nil {
-				c.b.Ops, c.rules = c.b.Ops[:len(c.b.Ops)-1], c.rules[:len(c.rules)-1]
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// add appends the op of rule r for key, with the rule's parameters, and
-// returns it. The op is filled in place: building it aside and appending
-// would copy its 150 bytes once more.
-func (c *call) add(r *compiledRule, key string) *store.Op {
-	c.b.Ops = append(c.b.Ops, store.Op{})
-	op := &c.b.Ops[len(c.b.Ops)-1]
-	op.Scope, op.Key, op.Params, op.Shadow, op.Grant = r.scope, key, r.params, r.shadow, r.Grant
-	c.rules = append(c.rules, r)
-	return op
+	return l.exec(ctx, &sh)
 }
 
 // apply runs b against the store, with the deadline and the breaker for
@@ -664,106 +471,16 @@ func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
 	return nil
 }
 
-// verdict reads the decision off the store's answers in sh.
-func verdict(sh *sheet) Decision {
-	rs := sh.rules
-	if len(rs) == 1 {
-		return ruleVerdict(rs[0].rule, sh.mode, sh.admitted, &rs[0].res, rs[0].limit)
-	}
-	var d Decision
-	d.Allowed = true
-	for i := range rs {
-		if !rs[i].res.Allowed {
-			if rs[i].rule.shadow {
-				d.ShadowDenied = true
-			} else {
-				d.Allowed = false
-			}
-		}
-	}
-	if sh.mode == ModeConsume {
-		d.Allowed = sh.admitted
-	}
-	bind := -1
-	if !d.Allowed {
-		d.Reason = ReasonLimit
-		for i := range rs {
-			r := &rs[i].res
-			if r.Allowed || rs[i].rule.shadow {
-				continue
-			}
-			switch b := &rs[max(bind, 0)].res; {
-			case bind < 0:
-				bind = i
-			case r.Never != b.Never:
-				if r.Never {
-					bind = i
-				}
-			case r.RetryAfter > b.RetryAfter:
-				bind = i
-			}
-		}
-		r := &rs[bind].res
-		d.Never = r.Never
-		if !d.Never {
-			d.RetryAfter = r.RetryAfter
-		}
-	} else {
-		// The enforced rule with the fewest units left binds, the one that
-		// resets last among equals; a shadow rule only if all are shadows.
-		for pass := 0; pass < 2 && bind < 0; pass++ {
-			for i := range rs {
-				if pass == 0 && rs[i].rule.shadow {
-					continue
-				}
-				r := &rs[i].res
-				if bind < 0 {
-					bind = i
-					continue
-				}
-				b := &rs[bind].res
-				if r.Remaining < b.Remaining || r.Remaining == b.Remaining && r.ResetAfter > b.ResetAfter {
-					bind = i
-				}
-			}
-		}
-	}
-	a := &rs[bind]
-	d.Rule, d.Limit = a.rule.Name, a.limit
-	d.Remaining, d.ResetAfter = a.res.Remaining, a.res.ResetAfter
-	return d
-}
-
-// ruleVerdict is verdict for a decision of mode on one rule r, whose answer
-// is res under limit (admitted: a consume was admitted and charged), with
-// none of the choices among rules: the commonest decision, kept short
-// (BenchmarkCompare).
-func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, limit int64) Decision {
-	d := Decision{
-		Allowed: res.Allowed || r.shadow, ShadowDenied: !res.Allowed && r.shadow,
-		Rule: r.Name, Limit: limit, Remaining: res.Remaining, ResetAfter: res.ResetAfter,
-	}
-	if mode == ModeConsume {
-		d.Allowed = admitted
-	}
-	if !d.Allowed {
-		d.Reason, d.Never = ReasonLimit, res.Never
-		if !d.Never {
-			d.RetryAfter = res.RetryAfter
-		}
-	}
-	return d
-}
-
 // ruleDecisions is what each rule of sh decided, given the decision d.
 // When the store did not answer, each rule carries the decision's verdict.
 func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
-	if len(sh.rules) == 0 {
+	if sh.n == 0 {
 		return nil
 	}
-	out := make([]RuleDecision, len(sh.rules))
-	for i := range sh.rules {
-		a, r := &sh.rules[i], sh.rules[i].rule
+	rs := sh.rules()
+	out := make([]RuleDecision, len(rs))
+	for i := range rs {
+		a, r := &rs[i], rs[i].rule
 		rd := &out[i]
 		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, a.key, r.shadow, a.limit, r.Algorithm
 		rd.Capacity = a.limit
@@ -781,35 +498,6 @@ func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
 		rd.took = sh.mode == ModeConsume && sh.admitted && res.Allowed
 	}
 	return out
-}
-
-// failed is the failure policy's decision for a store error.
-func (l *Limiter) failed(ctx context.Context, now time.Time, sh *sheet, err error) Decision {
-	d := Decision{Reason: ReasonStore, Err: err}
-	// A shadow limiter never denies, not even when its store fails.
-	d.Allowed = l.policy == FailOpen || l.shadow
-	if !d.Allowed {
-		d.RetryAfter = max(l.breaker.RetryIn(now.UnixNano()), time.Second)
-	}
-	if len(sh.rules) > 0 {
-		d.Rule, d.Limit = sh.rules[0].rule.Name, sh.rules[0].limit
-	}
-	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, now)
-	return d
-}
-
-// logFailure logs at most one failure-policy line a second, with the count
-// of the ones it held back.
-func (l *Limiter) logFailure(ctx context.Context, msg string, err error, now time.Time) {
-	ns := now.UnixNano()
-	last := l.lastLog.Load()
-	if ns-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, ns) {
-		l.suppressed.Add(1)
-		return
-	}
-	l.logger.WarnContext(ctx, msg,
-		"limiter", l.name, "policy", l.policy.String(), "err", err,
-		"suppressed", l.suppressed.Swap(0))
 }
 
 // SplitLeases returns two views of l (see Only), sharing its state: one

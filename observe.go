@@ -74,19 +74,21 @@ func (l *Limiter) weightOf(clean bool) int64 {
 	return 0
 }
 
-// report tells the observers of d, the decision read off sh at now
-// (answered: the store answered) and standing for w decisions (0: not
-// observed), and fills o when asked. It returns d.
-func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, w int64, o *Outcome) Decision {
+// report tells the observers of d, the decision read off sh at now (answered:
+// the store answered), when it is drawn into their sample (see
+// Options.ObserveSample), and fills o when asked.
+func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) {
+	w := l.weight(&d)
 	if w > 0 && l.ruleObserver != nil {
-		for i := range sh.rules {
-			a := &sh.rules[i]
+		rs := sh.rules()
+		for i := range rs {
+			a := &rs[i]
 			l.ruleObserver(ctx, RuleEvent{Limiter: l.name, Rule: a.rule.Name, Key: a.key, Mode: sh.mode, Time: now,
 				Denied: answered && !a.res.Allowed, Failed: !answered, Weight: w})
 		}
 	}
 	if o == nil && (w == 0 || l.observer == nil) {
-		return d
+		return
 	}
 	full := Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
 	if o != nil {
@@ -95,5 +97,4 @@ func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decisi
 	if w > 0 && l.observer != nil {
 		l.observer(ctx, Event{Limiter: l.name, Mode: sh.mode, Cost: sh.cost, Time: now, Outcome: full, Weight: w})
 	}
-	return d
 }

@@ -82,6 +82,7 @@ const (
 // compiledRule is a validated Rule with its derived constants.
 type compiledRule struct {
 	Rule
+	index  int    // its place among the limiter's rules
 	label  string // "limiter/rule", for messages
 	scope  string // where its state is stored (stateScope)
 	params store.Params

@@ -1,89 +1,74 @@
 package memory
 
-import "github.com/floodgate-go/floodgate/store"
+import (
+	"cmp"
+
+	"github.com/floodgate-go/floodgate/store"
+)
 
 var _ store.Binder = (*Store)(nil)
 
 // Bind returns the decisions of rules on s (see store.Binder): a Call is
-// decided as Apply decides the Batch of the same rules, by the same steps,
+// decided as Apply decides the Batch of the same ops, by the same steps,
 // without building one.
 func (s *Store) Bind(rules []store.BoundRule) store.Bound {
-	if len(rules) > store.MaxBound {
-		panic("memory: Bind of more than store.MaxBound rules")
-	}
-	b := &bound{s: s, n: len(rules)}
+	b := &bound{s: s, rules: make([]boundRule, len(rules))}
 	for i, r := range rules {
-		b.scopes[i], b.params[i], b.shadow[i] = s.scopeID(r.Scope), r.Params, r.Shadow
+		b.rules[i] = boundRule{scope: s.scopeID(r.Scope), params: r.Params, shadow: r.Shadow}
 	}
 	return b
 }
 
 // bound is a set of rules bound to a Store.
 type bound struct {
-	s      *Store
-	n      int
-	scopes [store.MaxBound]uint32
-	params [store.MaxBound]store.Params
-	shadow [store.MaxBound]bool
+	s     *Store
+	rules []boundRule
+}
+
+// boundRule is one rule of a bound set, its scope numbered.
+type boundRule struct {
+	scope  uint32
+	params store.Params
+	shadow bool
 }
 
 // Decide decides c on the bound rules.
-func (b *bound) Decide(c store.Call) store.Answer {
-	if c.Limits == [store.MaxBound]int64{} && c.Bursts == [store.MaxBound]int64{} {
-		return b.decide(&c, &b.params)
-	}
-	params := b.params // this decision's limits
-	for i := range b.n {
-		if c.Limits[i] != 0 {
-			params[i].Limit = c.Limits[i]
+func (b *bound) Decide(c store.Call) (a store.Answer) {
+	var names [store.MaxCallOps]name
+	var ops [store.MaxCallOps]op
+	var params [store.MaxCallOps]store.Params // the ops' limits, where c changes them
+	for i := range c.N {
+		r := &b.rules[c.Rules[i]]
+		p := &r.params
+		if c.Limits[i] != 0 || c.Bursts[i] != 0 {
+			params[i] = *p
+			p = &params[i]
+			p.Limit = cmp.Or(c.Limits[i], p.Limit)
+			p.Burst = cmp.Or(c.Bursts[i], p.Burst)
 		}
-		if c.Bursts[i] != 0 {
-			params[i].Burst = c.Bursts[i]
-		}
-	}
-	return b.decide(&c, &params)
-}
-
-// decide decides c under params.
-func (b *bound) decide(c *store.Call, params *[store.MaxBound]store.Params) (a store.Answer) {
-	var names [store.MaxBound]name
-	var ops [store.MaxBound]op
-	n := 0
-	for i := range b.n {
-		if c.Keys[i] == "" {
-			continue
-		}
+		a.Stamps[i] = c.Stamps[i]
 		// Assigned, not appended: an append might move the ops to the
 		// heap, and the answer they point to with them.
-		names[n] = name{b.scopes[i], c.Keys[i]}
-		ops[n] = op{p: &params[i], shadow: b.shadow[i], res: &a.Results[n], stamp: &a.Stamps[n]}
-		n++
+		names[i] = name{r.scope, c.Keys[i]}
+		ops[i] = op{p: p, shadow: r.shadow, res: &a.Results[i], stamp: &a.Stamps[i]}
 	}
-	if n > 0 {
-		a.Allowed = b.s.decide(c.Mode, c.Now, c.Cost, c.Ticket, names[:n], ops[:n])
-	}
+	a.Allowed = b.s.decide(c.Mode, c.Now, c.Cost, c.Ticket, names[:c.N], ops[:c.N])
 	return a
 }
 
 // One decides a Call of one rule (see store.Bound).
 func (b *bound) One(mode store.Mode, now, cost int64, ticket uint64, key string, limit, burst int64) (res store.Result, stamp int64, allowed bool) {
-	p := &b.params[0]
+	r := &b.rules[0]
+	p := &r.params
 	if limit != 0 || burst != 0 {
 		q := *p // this decision's limits
-		if limit != 0 {
-			q.Limit = limit
-		}
-		if burst != 0 {
-			q.Burst = burst
-		}
+		q.Limit, q.Burst = cmp.Or(limit, q.Limit), cmp.Or(burst, q.Burst)
 		p = &q
 	}
-	names := [1]name{{b.scopes[0], key}}
-	ops := [1]op{{p: p, shadow: b.shadow[0], res: &res, stamp: &stamp}}
+	names := [1]name{{r.scope, key}}
+	ops := [1]op{{p: p, shadow: r.shadow, res: &res, stamp: &stamp}}
 	if mode == store.Record {
-		allowed = b.s.decide(mode, now, cost, ticket, names[:], ops[:])
-	} else {
-		allowed = b.s.decideOne(mode, now, cost, ticket, names[0], &ops[0])
+		return res, stamp, b.s.decide(mode, now, cost, ticket, names[:], ops[:])
 	}
-	return res, stamp, allowed
+	return res, stamp, b.s.decideOne(mode, now, cost, ticket, names[0], &ops[0])
 }

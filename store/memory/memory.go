@@ -7,7 +7,7 @@ import (
 	"context"
 	"hash/maphash"
 	"runtime"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,8 +215,8 @@ func (s *Store) Len() int {
 func (s *Store) shardOf(h uint64) int { return int(h & s.mask) }
 
 // maxInline is how many ops a decision may have before the store
-// allocates scratch.
-const maxInline = 8
+// allocates scratch: a Call's most.
+const maxInline = store.MaxCallOps
 
 // name is the state an op decides on: its rule's scope (by number, see
 // scopeID) and its key.
@@ -264,16 +264,13 @@ func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 	return nil
 }
 
-// decide applies one decision of mode to ops, named by names, atomically
-// and reports whether a consume was admitted (and charged).
+// decide applies one decision of mode to ops, named by names, atomically,
+// and reports whether a consume was admitted (and charged). The shards of
+// all its keys are locked, in ascending order, for the whole decision;
+// rules keyed on one value (the commonest decision of several rules) take
+// one hash and one lock, and each rule's slot is found along the key's
+// chain from the rule before it.
 func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []name, ops []op) bool {
-	switch {
-	case mode != store.Consume && mode != store.Peek:
-	case len(ops) == 1:
-		return s.decideOne(mode, now, cost, ticket, names[0], &ops[0])
-	case len(ops) <= store.MaxBound && oneKey(names):
-		return s.decideKey(mode, now, cost, ticket, names, ops)
-	}
 	var lockBuf [maxInline]int
 	locks := lockBuf[:0]
 	if len(ops) > maxInline {
@@ -287,13 +284,11 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []
 			o.h = maphash.String(s.seed, names[i].key)
 		}
 		o.shard = s.shardOf(o.h)
-		if !containsInt(locks, o.shard) {
+		if !slices.Contains(locks, o.shard) {
 			locks = append(locks, o.shard)
 		}
 	}
-	if len(locks) > 1 {
-		sort.Ints(locks)
-	}
+	slices.Sort(locks)
 	s.lock(locks)
 	defer s.unlock(locks)
 	var ticketShard *shard
@@ -314,16 +309,20 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []
 		if now > sh.now {
 			sh.now = now
 		}
-		j := sh.find(o.h, names[i].scope, names[i].key)
-		if j >= 0 {
+		prev := int32(-1)
+		if i > 0 && names[i].key == names[i-1].key {
+			prev = ops[i-1].slot
+		}
+		j := sh.findAfter(prev, o.h, names[i].scope, names[i].key)
+		switch {
+		case j >= 0:
 			sh.entries[j].ref = true
-		} else {
+		case mode == store.Reset || mode == store.Refund || mode == store.Peek:
 			// A key not held has nothing to reset or refund, and a peek
 			// must not write it (inserting could evict another key).
-			if mode == store.Reset || mode == store.Refund || mode == store.Peek {
-				o.slot = -1
-				continue
-			}
+			o.slot = -1
+			continue
+		default:
 			j = sh.insert(o.h, names[i].scope, names[i].key, now) // a new key earns its second chance by reuse
 		}
 		sh.entries[j].pin = true
@@ -345,8 +344,9 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []
 	return allowed
 }
 
-// decideOne is decideKey for one rule, the commonest decision: the same
-// steps without the loops over rules (BenchmarkCompare).
+// decideOne is decide for a consume or peek of one rule, the commonest
+// decision: the same steps without the loops over rules (the memory
+// store's BenchmarkOneRule).
 func (s *Store) decideOne(mode store.Mode, now, cost int64, ticket uint64, n name, o *op) bool {
 	h := maphash.String(s.seed, n.key)
 	sh := &s.shards[s.shardOf(h)]
@@ -382,83 +382,6 @@ func (s *Store) decideOne(mode store.Mode, now, cost int64, ticket uint64, n nam
 	}
 	sh.mu.Unlock()
 	return (ok || o.shadow) && mode == store.Consume
-}
-
-// decideKey is decide for a consume or peek whose rules all key on one
-// value, names[0].key: one rule, or rules keyed on one attribute, the
-// commonest decisions. It takes one hash and one lock, and finds each
-// rule's slot along the key's chain from the rule before it.
-func (s *Store) decideKey(mode store.Mode, now, cost int64, ticket uint64, names []name, ops []op) bool {
-	key := names[0].key
-	h := maphash.String(s.seed, key)
-	sh := &s.shards[s.shardOf(h)]
-	sh.mu.Lock()
-	if now > sh.now {
-		sh.now = now
-	}
-	// Resolve every rule to a slot before taking pointers: inserting may
-	// grow the shard's slice.
-	prev := int32(-1)
-	for i := range ops {
-		o := &ops[i]
-		j := sh.findAfter(prev, h, names[i].scope, key)
-		switch {
-		case j >= 0:
-			sh.entries[j].ref = true
-		case mode == store.Peek:
-			o.slot = -1 // a peek must not write a key not held
-			continue
-		default:
-			j = sh.insert(h, names[i].scope, key, now)
-		}
-		sh.entries[j].pin = true
-		o.slot, prev = j, j
-	}
-	// A state of its own for each rule (view); for a peek of a key not
-	// held, a fresh one (the zero State is an absent key).
-	var tmp [store.MaxBound]algo.State
-	allowed := true
-	for i := range ops {
-		o := &ops[i]
-		v := &tmp[i]
-		if o.slot >= 0 {
-			v = view(o.p, &sh.entries[o.slot], v)
-		}
-		algo.Normalize(o.p, v, now)
-		ok, never, retry := algo.Check(o.p, v, now, cost)
-		*o.res = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
-		allowed = allowed && (ok || o.shadow)
-	}
-	for i := range ops {
-		o := &ops[i]
-		var e *entry
-		v := &tmp[i]
-		if o.slot >= 0 {
-			e = &sh.entries[o.slot]
-			if algo.InPlace(o.p.Algorithm) {
-				v = &e.st
-			}
-		}
-		charge := mode == store.Consume && allowed && o.res.Allowed
-		if charge {
-			*o.stamp = algo.Take(o.p, v, now, cost, ticket)
-		}
-		settle(o.p, o.res, e, v, charge, now)
-		if e != nil {
-			e.wrote = charge
-		}
-	}
-	for i := range ops {
-		if j := ops[i].slot; j >= 0 {
-			e := &sh.entries[j]
-			e.pin = false
-			if spent(e, e.wrote, now) {
-				sh.remove(j)
-			}
-		}
-	}
-	sh.mu.Unlock()
-	return allowed && mode == store.Consume
 }
 
 // view is the state a decision on e works on: e's own for kinds that
@@ -627,22 +550,3 @@ func leasesOnly(ops []op) bool {
 }
 
 func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-// oneKey reports whether every name has the key of the first.
-func oneKey(names []name) bool {
-	for i := range names {
-		if names[i].key != names[0].key {
-			return false
-		}
-	}
-	return true
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}

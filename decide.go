@@ -1,0 +1,318 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/floodgate-go/floodgate/store"
+)
+
+// The decision path. Every decision (Allow, AllowKey, AllowN, Peek,
+// Record, Decide) runs decide: bind the rules that apply to the request,
+// send them to the store in one call (exec), read the Decision off the
+// answers (verdict, or the failure policy's), and tell the observers.
+// Refunds, resets and give-backs build their sheet another way and send it
+// through the same exec.
+
+// sheet is one store call in the making and, once answered, its answers:
+// the applied rules, each with its key, its limits for this request and
+// the store's answer. Decision, Outcome and Event are read off it. (It
+// holds the time as a number: a time.Time holds a pointer, which an Event
+// handed to an observer would take to the heap with the sheet and the
+// caller's array of its rules.)
+type sheet struct {
+	mode     Mode
+	cost     int64
+	ticket   uint64
+	now      int64 // µs since the Unix epoch, by the limiter's clock
+	admitted bool  // a consume was admitted and charged
+	n        int
+	inline   [store.MaxCallOps]applied
+	more     []applied // all the rules, when there are more than fit inline
+}
+
+// applied is one applied rule of a decision: its key, its limits for this
+// request, and the store's answer.
+type applied struct {
+	rule         *compiledRule
+	key          string
+	limit, burst int64
+	stamp        int64 // an output of consume and record, an input of refund
+	res          store.Result
+}
+
+// add appends rule r's op for key under limit and burst, and returns it.
+func (sh *sheet) add(r *compiledRule, key string, limit, burst int64) *applied {
+	a := applied{rule: r, key: key, limit: limit, burst: burst}
+	switch {
+	case sh.n < len(sh.inline):
+		sh.inline[sh.n] = a
+	case sh.more == nil:
+		sh.more = make([]applied, len(sh.inline), 2*len(sh.inline))
+		copy(sh.more, sh.inline[:])
+		sh.more = append(sh.more, a)
+	default:
+		sh.more = append(sh.more, a)
+	}
+	sh.n++
+	return &sh.rules()[sh.n-1]
+}
+
+// rules are the applied rules.
+func (sh *sheet) rules() []applied {
+	if sh.more != nil {
+		return sh.more
+	}
+	return sh.inline[:sh.n]
+}
+
+// decide makes one decision of mode and cost for a request with attrs
+// or, from AllowKey, for key, the key of every rule keyed on one attribute
+// (the attributes and the key are apart: a struct holding both would make
+// the compiler think the attributes escape wherever the key does). o,
+// when not nil, receives it in full.
+func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, o *Outcome) Decision {
+	now := l.clock.Now()
+	sh := sheet{mode: mode, cost: cost, now: now.UnixMicro()}
+	err := l.bind(ctx, attrs, key, &sh)
+	if err == nil && sh.n > 0 {
+		if mode != ModePeek && (o != nil || l.leases) {
+			sh.ticket = rand.Uint64() | 1 // the lease id, and the ticket's
+		}
+		err = l.exec(ctx, &sh)
+	}
+	var d Decision
+	switch {
+	case err != nil:
+		d = l.failed(ctx, &sh, err)
+	case sh.n == 0:
+		d.Allowed = true // no rule applies to this request
+	default:
+		d = verdict(&sh)
+	}
+	if o != nil || l.observer != nil || l.ruleObserver != nil {
+		l.report(ctx, &sh, now, d, err == nil, o)
+	}
+	return d
+}
+
+// bind adds to sh every rule that applies to a request with attrs (or,
+// not "", the key of the rules keyed on one attribute), with its key and
+// its limits for this request. It stops at a limit look-up that fails, and
+// returns its error: the rules before it are the decision's.
+func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *sheet) error {
+	for _, r := range l.rules {
+		key := byKey
+		if key == "" || len(r.Key) == 0 {
+			key = r.keyFor(attrs)
+		}
+		if key == "" {
+			continue
+		}
+		limit, burst := r.params.Limit, r.params.Burst
+		if r.Overrides != nil || r.LimitFunc != nil {
+			p, err := r.paramsFor(ctx, attrs)
+			if err != nil {
+				return err
+			}
+			limit, burst = p.Limit, p.Burst
+		}
+		sh.add(r, key, limit, burst)
+	}
+	return nil
+}
+
+// exec has the store decide sh in one call and fills in its answers: by
+// value when the store binds (the memory store), and its decision fits in
+// a store.Call; else as a Batch.
+func (l *Limiter) exec(ctx context.Context, sh *sheet) error {
+	if l.bound == nil || sh.n > store.MaxCallOps {
+		return l.send(ctx, sh)
+	}
+	now := sh.now
+	if len(l.rules) == 1 && sh.mode <= ModeRecord {
+		a := &sh.inline[0]
+		limit, burst := a.overrides()
+		a.res, a.stamp, sh.admitted = l.bound.One(sh.mode, now, sh.cost, sh.ticket, a.key, limit, burst)
+		return nil
+	}
+	c := store.Call{Mode: sh.mode, Now: now, Cost: sh.cost, Ticket: sh.ticket, N: sh.n}
+	rs := sh.rules()
+	for i := range rs {
+		a := &rs[i]
+		c.Rules[i], c.Keys[i], c.Stamps[i] = a.rule.index, a.key, a.stamp
+		c.Limits[i], c.Bursts[i] = a.overrides()
+	}
+	ans := l.bound.Decide(c)
+	sh.admitted = ans.Allowed
+	for i := range rs {
+		rs[i].res, rs[i].stamp = ans.Results[i], ans.Stamps[i]
+	}
+	return nil
+}
+
+// overrides are a's limits where they are not its rule's (0 where they
+// are), as a store.Call carries them.
+func (a *applied) overrides() (limit, burst int64) {
+	p := &a.rule.params
+	if a.limit == p.Limit && a.burst == p.Burst {
+		return 0, 0
+	}
+	return a.limit, a.burst
+}
+
+// send has the store apply sh as a Batch (pooled: a Batch crosses the
+// Store interface, so it lives on the heap) and reads the answers back.
+func (l *Limiter) send(ctx context.Context, sh *sheet) error {
+	b := l.batches.Get().(*store.Batch)
+	defer l.batches.Put(b)
+	*b = store.Batch{Mode: sh.mode, Now: time.UnixMicro(sh.now), Cost: sh.cost, Ticket: sh.ticket, Ops: b.Ops[:0]}
+	rs := sh.rules()
+	for i := range rs {
+		a := &rs[i]
+		r := a.rule
+		p := r.params
+		p.Limit, p.Burst = a.limit, a.burst
+		b.Ops = append(b.Ops, store.Op{Scope: r.scope, Key: a.key, Params: p, Shadow: r.shadow, Grant: r.Grant, Stamp: a.stamp})
+	}
+	err := l.apply(ctx, b)
+	if err != nil && l.fallback != nil && sh.mode <= ModeRecord {
+		// One line for the decision: the fallback's, or (both failing)
+		// the failure policy's, naming both errors.
+		if ferr := l.fallback.Apply(ctx, b); ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, sh.now)
+		l.handback.note(b)
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	sh.admitted = b.Allowed
+	for i := range rs {
+		rs[i].res, rs[i].stamp = b.Ops[i].Result, b.Ops[i].Stamp
+	}
+	return nil
+}
+
+// verdict reads the decision off the store's answers in sh.
+func verdict(sh *sheet) Decision {
+	rs := sh.rules()
+	if len(rs) == 1 {
+		return ruleVerdict(rs[0].rule, sh.mode, sh.admitted, &rs[0].res, rs[0].limit)
+	}
+	var d Decision
+	d.Allowed = true
+	for i := range rs {
+		if !rs[i].res.Allowed {
+			if rs[i].rule.shadow {
+				d.ShadowDenied = true
+			} else {
+				d.Allowed = false
+			}
+		}
+	}
+	if sh.mode == ModeConsume {
+		d.Allowed = sh.admitted
+	}
+	bind := -1
+	if !d.Allowed {
+		d.Reason = ReasonLimit
+		for i := range rs {
+			r := &rs[i].res
+			if r.Allowed || rs[i].rule.shadow {
+				continue
+			}
+			switch b := &rs[max(bind, 0)].res; {
+			case bind < 0:
+				bind = i
+			case r.Never != b.Never:
+				if r.Never {
+					bind = i
+				}
+			case r.RetryAfter > b.RetryAfter:
+				bind = i
+			}
+		}
+		r := &rs[bind].res
+		d.Never = r.Never
+		if !d.Never {
+			d.RetryAfter = r.RetryAfter
+		}
+	} else {
+		// The enforced rule with the fewest units left binds, the one that
+		// resets last among equals; a shadow rule only if all are shadows.
+		for pass := 0; pass < 2 && bind < 0; pass++ {
+			for i := range rs {
+				if pass == 0 && rs[i].rule.shadow {
+					continue
+				}
+				r := &rs[i].res
+				if bind < 0 {
+					bind = i
+					continue
+				}
+				b := &rs[bind].res
+				if r.Remaining < b.Remaining || r.Remaining == b.Remaining && r.ResetAfter > b.ResetAfter {
+					bind = i
+				}
+			}
+		}
+	}
+	a := &rs[bind]
+	d.Rule, d.Limit = a.rule.Name, a.limit
+	d.Remaining, d.ResetAfter = a.res.Remaining, a.res.ResetAfter
+	return d
+}
+
+// ruleVerdict is verdict for a decision of mode on one rule r, whose answer
+// is res under limit (admitted: a consume was admitted and charged), with
+// none of the choices among rules.
+func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, limit int64) Decision {
+	d := Decision{
+		Allowed: res.Allowed || r.shadow, ShadowDenied: !res.Allowed && r.shadow,
+		Rule: r.Name, Limit: limit, Remaining: res.Remaining, ResetAfter: res.ResetAfter,
+	}
+	if mode == ModeConsume {
+		d.Allowed = admitted
+	}
+	if !d.Allowed {
+		d.Reason, d.Never = ReasonLimit, res.Never
+		if !d.Never {
+			d.RetryAfter = res.RetryAfter
+		}
+	}
+	return d
+}
+
+// failed is the failure policy's decision for a store error.
+func (l *Limiter) failed(ctx context.Context, sh *sheet, err error) Decision {
+	d := Decision{Reason: ReasonStore, Err: err}
+	// A shadow limiter never denies, not even when its store fails.
+	d.Allowed = l.policy == FailOpen || l.shadow
+	if !d.Allowed {
+		d.RetryAfter = max(l.breaker.RetryIn(sh.now*1000), time.Second)
+	}
+	if sh.n > 0 {
+		d.Rule, d.Limit = sh.inline[0].rule.Name, sh.inline[0].limit
+	}
+	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, sh.now)
+	return d
+}
+
+// logFailure logs at most one failure-policy line a second, with the count
+// of the ones it held back.
+func (l *Limiter) logFailure(ctx context.Context, msg string, err error, now int64) {
+	ns := now * 1000
+	last := l.lastLog.Load()
+	if ns-last < int64(time.Second) || !l.lastLog.CompareAndSwap(last, ns) {
+		l.suppressed.Add(1)
+		return
+	}
+	l.logger.WarnContext(ctx, msg,
+		"limiter", l.name, "policy", l.policy.String(), "err", err,
+		"suppressed", l.suppressed.Swap(0))
+}
