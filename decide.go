@@ -177,18 +177,7 @@ func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 		p.Limit, p.Burst = a.limit, a.burst
 		b.Ops = append(b.Ops, store.Op{Scope: r.scope, Key: a.key, Params: p, Shadow: r.shadow, Grant: r.Grant, Stamp: a.stamp})
 	}
-	err := l.apply(ctx, b)
-	if err != nil && l.fallback != nil && sh.mode <= ModeRecord {
-		// One line for the decision: the fallback's, or (both failing)
-		// the failure policy's, naming both errors.
-		if ferr := l.fallback.Apply(ctx, b); ferr != nil {
-			return errors.Join(err, ferr)
-		}
-		l.logFailure(ctx, "floodgate: store failed; decided on the fallback store", err, sh.now)
-		l.handback.note(b)
-		err = nil
-	}
-	if err != nil {
+	if err := l.store.Apply(ctx, b); err != nil {
 		return err
 	}
 	sh.admitted = b.Allowed
@@ -294,7 +283,10 @@ func (l *Limiter) failed(ctx context.Context, sh *sheet, err error) Decision {
 	// A shadow limiter never denies, not even when its store fails.
 	d.Allowed = l.policy == FailOpen || l.shadow
 	if !d.Allowed {
-		d.RetryAfter = max(l.breaker.RetryIn(sh.now*1000), time.Second)
+		d.RetryAfter = time.Second
+		if re := (*store.RetryError)(nil); errors.As(err, &re) {
+			d.RetryAfter = max(re.RetryIn, time.Second)
+		}
 	}
 	if sh.n > 0 {
 		d.Rule, d.Limit = sh.inline[0].rule.Name, sh.inline[0].limit

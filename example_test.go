@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -220,19 +221,24 @@ func (unreachableStore) Apply(context.Context, *store.Batch) error {
 
 // When the store cannot answer, the failure policy decides: open admits,
 // closed denies, and either way the decision says the store was the reason.
-// After repeated failures the circuit breaker answers at once.
+// A remote store goes under a guard (store/guard): a deadline on every
+// call, and after repeated failures a circuit breaker that answers at once.
 func ExampleFailurePolicy() {
 	ctx := context.Background()
 	for _, policy := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed} {
-		limiter, err := floodgate.New("api", unreachableStore{}, []floodgate.Rule{
-			{Name: "per-user", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, Key: []string{"user"}},
-		}, &floodgate.Options{
-			Clock:         floodgate.NewManualClock(exampleStart),
-			FailurePolicy: policy,
-			Timeout:       20 * time.Millisecond,
-			Breaker:       store.BreakerOptions{Failures: 2, Cooldown: 5 * time.Second},
-			Logger:        slog.New(slog.DiscardHandler),
+		clock := floodgate.NewManualClock(exampleStart)
+		guarded, err := guard.New(unreachableStore{}, &guard.Options{
+			Timeout: 20 * time.Millisecond,
+			Breaker: store.BreakerOptions{Failures: 2, Cooldown: 5 * time.Second},
+			Clock:   clock,
+			Logger:  slog.New(slog.DiscardHandler),
 		})
+		if err != nil {
+			panic(err)
+		}
+		limiter, err := floodgate.New("api", guarded, []floodgate.Rule{
+			{Name: "per-user", Algorithm: floodgate.GCRA, Limit: 10, Window: time.Second, Key: []string{"user"}},
+		}, &floodgate.Options{Clock: clock, FailurePolicy: policy, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			panic(err)
 		}
@@ -240,7 +246,7 @@ func ExampleFailurePolicy() {
 			d := limiter.Allow(ctx, floodgate.Attributes{"user": "ann"})
 			fmt.Printf("%s: allowed=%v reason=%s retry-after=%v err=%v\n", policy, d.Allowed, d.Reason, d.RetryAfter, d.Err)
 		}
-		fmt.Println("breaker:", limiter.Breaker())
+		fmt.Println("breaker:", guarded.State())
 	}
 	// Output:
 	// open: allowed=true reason=store retry-after=0s err=dial tcp 10.0.0.7:6379: connection refused

@@ -2,12 +2,10 @@ package floodgate
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/floodgate-go/floodgate/store"
 )
@@ -42,15 +40,6 @@ func ParseFailurePolicy(s string) (FailurePolicy, error) {
 	return 0, sprintfErr("unknown failure policy %q (want open or closed)", s)
 }
 
-// DefaultTimeout is the default deadline of one store call: about five
-// times the p99 of a Redis decision under load on a busy 2-CPU machine
-// (18.8 ms at 9,500 decisions/s, 64 callers), and above the stalls such a
-// machine has without a fault (a 50 ms deadline timed out 132 of 2.3
-// million calls in 4 minutes) and a short Redis stall (86 ms), which then
-// make decisions wait rather than be decided by policy. See "Choosing the
-// deadline" in docs/operations.md.
-const DefaultTimeout = 100 * time.Millisecond
-
 // Options are a limiter's optional settings. The zero value is ready to use.
 type Options struct {
 	// Clock supplies the time of decisions; nil means the wall clock, read
@@ -62,21 +51,6 @@ type Options struct {
 	FailurePolicy FailurePolicy
 	// Shadow runs the whole limiter dark: every rule is a shadow rule.
 	Shadow bool
-	// Timeout is the deadline of each store call; 0 means DefaultTimeout.
-	// In-process stores are not given one.
-	Timeout time.Duration
-	// Breaker tunes the circuit breaker around remote stores.
-	Breaker store.BreakerOptions
-	// Fallback, when set, decides in place of the failure policy whenever
-	// the store cannot answer (a failed call, or the breaker open): the
-	// decision is applied to Fallback instead, typically a memory store
-	// holding each instance's share of the limits (see store/share). The
-	// limiter's breaker alone decides when the store is back. What the
-	// fallback charged is then handed back: recorded into the store's
-	// current windows (what is still within its rule's window), so that
-	// the window in which the store returns is not spent twice. The
-	// handback remembers up to 100,000 keys.
-	Fallback store.Store
 	// Observer, when set, is called after every decision (consume, peek
 	// and record), for metrics and audit. Refunds and resets are not
 	// decisions and are not observed. An Event costs an allocation (its
@@ -133,15 +107,6 @@ type Limiter struct {
 	logger       *slog.Logger
 	opts         Options // as given to New, for views made with Only
 
-	// The remote store's policy: its deadline and breaker, and the
-	// fallback with what it charged (handback.go).
-	timeout  time.Duration
-	remote   bool
-	local    store.Local // answers some batches in-process first (store/grant)
-	breaker  *breaker
-	fallback store.Store
-	handback *handback
-
 	held       *nameHold // the limiter's hold on its name (names.go)
 	batches    sync.Pool // of *store.Batch: a Batch crosses the Store interface, so it lives on the heap
 	lastLog    atomic.Int64
@@ -172,13 +137,6 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	if opts.FailurePolicy > FailClosed {
 		return nil, limiterError(name, "failure_policy", "unknown policy")
 	}
-	if opts.Timeout < 0 {
-		return nil, limiterError(name, "timeout", "must not be negative")
-	}
-	if err := opts.Breaker.Check(); err != nil {
-		fe := err.(*store.FieldError)
-		return nil, limiterError(name, fe.Field, fe.Reason)
-	}
 	if opts.ObserveSample < 0 || opts.ObserveSample > maxObserveSample {
 		return nil, limiterError(name, "observe_sample", "must be between 0 and "+strconv.Itoa(maxObserveSample))
 	}
@@ -189,9 +147,6 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		clock:        opts.Clock,
 		policy:       opts.FailurePolicy,
 		shadow:       opts.Shadow,
-		timeout:      opts.Timeout,
-		breaker:      newBreaker(opts.Breaker),
-		fallback:     opts.Fallback,
 		observer:     opts.Observer,
 		ruleObserver: opts.RuleObserver,
 		sample:       uint32(opts.ObserveSample),
@@ -202,18 +157,8 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	if l.clock == nil {
 		l.clock = defaultClock
 	}
-	if l.timeout == 0 {
-		l.timeout = DefaultTimeout
-	}
 	if l.logger == nil {
 		l.logger = slog.Default()
-	}
-	if ip, ok := st.(store.InProcess); !ok || !ip.InProcess() {
-		l.remote = true
-	}
-	l.local, _ = st.(store.Local)
-	if l.remote && l.fallback != nil {
-		l.handback = &handback{}
 	}
 	for i, r := range rules {
 		c, err := compileRule(name, i, r)
@@ -277,9 +222,6 @@ func (l *Limiter) FailurePolicy() FailurePolicy { return l.policy }
 
 // Shadow reports whether the whole limiter runs dark.
 func (l *Limiter) Shadow() bool { return l.shadow }
-
-// Breaker returns the state of the limiter's circuit breaker.
-func (l *Limiter) Breaker() store.BreakerState { return l.breaker.State() }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
@@ -421,54 +363,6 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 		return nil
 	}
 	return l.exec(ctx, &sh)
-}
-
-// apply runs b against the store, with the deadline and the breaker for
-// remote stores.
-func (l *Limiter) apply(ctx context.Context, b *store.Batch) error {
-	if !l.remote {
-		return l.store.Apply(ctx, b)
-	}
-	if l.local != nil && l.local.ApplyLocal(b) {
-		return nil
-	}
-	if !l.breaker.Allow(b.Now.UnixNano()) {
-		return store.ErrBreakerOpen
-	}
-	// A caller whose own deadline comes first (a gRPC call from Envoy, an
-	// HTTP request with a timeout) already bounds the store call: deriving
-	// a context would cost a timer and allocations for the same deadline.
-	var err error
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
-		err = l.store.Apply(ctx, b)
-	} else {
-		cctx, cancel := context.WithTimeout(ctx, l.timeout)
-		err = l.store.Apply(cctx, b)
-		cancel()
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			l.breaker.Abandon()
-			return err // the caller gave up: not the store's fault
-		}
-		if ce := (*store.ConfinedError)(nil); errors.As(err, &ce) {
-			// The store isolates the failed part itself; the rest of it
-			// answers. A probe that met it brought no verdict.
-			l.breaker.Abandon()
-			return err
-		}
-		if l.breaker.Failure(l.clock.Now().UnixNano()) {
-			l.logger.Warn("floodgate: store circuit breaker opened", "limiter", l.name, "err", err)
-		}
-		return err
-	}
-	if l.breaker.Success() {
-		l.logger.Info("floodgate: store circuit breaker closed: decisions are made by the rules again", "limiter", l.name)
-	}
-	if l.handback != nil && l.handback.pending.Load() {
-		l.handBack()
-	}
-	return nil
 }
 
 // ruleDecisions is what each rule of sh decided, given the decision d.

@@ -756,7 +756,7 @@ func TestSameNameOnOneStore(t *testing.T) {
 			store := st.open(t)
 			clock := floodgate.NewManualClock(epoch)
 			opts := func(replaces *floodgate.Limiter) *floodgate.Options {
-				return &floodgate.Options{Clock: clock, Replaces: replaces, Timeout: 10 * time.Second}
+				return &floodgate.Options{Clock: clock, Replaces: replaces}
 			}
 			perMin := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}}}
 			perHour := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour, Key: []string{"user"}}}

@@ -3,7 +3,7 @@ package floodgate
 import "slices"
 
 // Only returns a limiter that applies just the named rules of l. It has l's
-// name, store, clock, failure policy and circuit breaker, so its rules act
+// name, store, clock and failure policy, so its rules act
 // on the very state of l's rules of the same names: recording into it
 // records into those rules of l and leaves the others alone. Use it to
 // record post-flight tokens into a route's tokens-per-minute rule and not
@@ -28,6 +28,5 @@ func (l *Limiter) Only(rules ...string) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	sub.breaker = l.breaker // one store, one breaker
 	return sub, nil
 }

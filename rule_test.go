@@ -62,12 +62,6 @@ func TestNewValidation(t *testing.T) {
 			wantLimiter: "api", wantField: "failure_policy",
 		},
 		{
-			name: "negative timeout", limiter: "api", rules: with(func(*floodgate.Rule) {}),
-			opts:        &floodgate.Options{Timeout: -time.Millisecond},
-			want:        `floodgate: limiter "api": timeout: must not be negative`,
-			wantLimiter: "api", wantField: "timeout",
-		},
-		{
 			name: "empty rule name", limiter: "api", rules: []floodgate.Rule{okRule(), {Algorithm: floodgate.GCRA, Limit: 1, Window: time.Second}},
 			want:        `floodgate: limiter "api": rules[1].name: must not be empty`,
 			wantLimiter: "api", wantField: "name",
@@ -316,9 +310,6 @@ func TestNewAppliesDefaults(t *testing.T) {
 	if l.Shadow() {
 		t.Error("Shadow() = true for a limiter configured without shadow")
 	}
-	if got, want := l.Breaker(), store.BreakerClosed; got != want {
-		t.Errorf("Breaker() = %v, want %v", got, want)
-	}
 }
 
 func TestParseNames(t *testing.T) {
@@ -370,7 +361,7 @@ func TestConfigErrorRuleIndex(t *testing.T) {
 		opts  *floodgate.Options
 		want  int
 	}{
-		{"limiter field", []floodgate.Rule{named("a")}, &floodgate.Options{Timeout: -1}, -1},
+		{"limiter field", []floodgate.Rule{named("a")}, &floodgate.Options{FailurePolicy: 7}, -1},
 		{"bad field of the second rule", []floodgate.Rule{named("a"), bad}, nil, 1},
 		{"duplicate name", []floodgate.Rule{named("a"), named("b"), named("a")}, nil, 2},
 		{"unnamed rule", []floodgate.Rule{named("a"), named("")}, nil, 1},

@@ -58,7 +58,7 @@ func TestChangedWindowStartsANewState(t *testing.T) {
 					t.Helper()
 					l, err := floodgate.New("api", s, []floodgate.Rule{
 						{Name: "r", Algorithm: alg, Limit: limit, Window: window, Key: []string{"user"}},
-					}, &floodgate.Options{Clock: clock, Replaces: serving, Timeout: 10 * time.Second})
+					}, &floodgate.Options{Clock: clock, Replaces: serving})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -112,7 +112,7 @@ func TestChangedWindowUnderLoad(t *testing.T) {
 				t.Helper()
 				l, err := floodgate.New("api", s, []floodgate.Rule{
 					{Name: "r", Algorithm: floodgate.FixedWindow, Limit: limit, Window: window, Key: []string{"user"}, Align: floodgate.AlignClock},
-				}, &floodgate.Options{Replaces: serving.Load(), Timeout: 5 * time.Second})
+				}, &floodgate.Options{Replaces: serving.Load()})
 				if err != nil {
 					t.Fatal(err)
 				}

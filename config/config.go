@@ -83,7 +83,7 @@ type Redis struct {
 	// deployments (a URL carries its own).
 	Username string
 	Password string
-	// Deadline bounds each store call; default floodgate.DefaultTimeout.
+	// Deadline bounds each store call; default guard.DefaultTimeout.
 	// A limiter's own deadline overrides it.
 	Deadline time.Duration
 	// DB selects the database of a single node or Sentinel primary (a
@@ -101,8 +101,8 @@ type Redis struct {
 	// store's default; -1 disables the cache.
 	DenyCacheSize int
 	// Fallback, when set, decides on per-instance memory limits while
-	// Redis cannot answer, instead of the failure policy (each limiter's
-	// Options.Fallback; the breaker decides when Redis is tried again).
+	// Redis cannot answer, instead of the failure policy (store/guard's
+	// Fallback; the breaker decides when Redis is tried again).
 	Fallback *Fallback
 }
 
@@ -137,9 +137,11 @@ type Limiter struct {
 	FailurePolicy floodgate.FailurePolicy
 	// Shadow runs the whole limiter dark.
 	Shadow bool
-	// Deadline bounds each store call; 0 means the store's default.
+	// Deadline bounds each call to a remote store (store/guard's
+	// Timeout); 0 means the store's default.
 	Deadline time.Duration
-	// Breaker tunes the limiter's circuit breaker.
+	// Breaker tunes the circuit breaker of a remote store's calls
+	// (store/guard's Breaker).
 	Breaker store.BreakerOptions
 	// Rules are the limiter's rules, tiers already turned into overrides
 	// (after the rule's explicit overrides, which therefore win).
@@ -150,12 +152,11 @@ type Limiter struct {
 }
 
 // Options returns opts with the limiter's configured settings (failure
-// policy, shadow, deadline and breaker) filled in.
+// policy and shadow) filled in. Its deadline and breaker are its store's
+// (see store/guard).
 func (l *Limiter) Options(opts floodgate.Options) floodgate.Options {
 	opts.FailurePolicy = l.FailurePolicy
 	opts.Shadow = l.Shadow
-	opts.Timeout = l.Deadline
-	opts.Breaker = l.Breaker
 	return opts
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -291,13 +292,13 @@ func TestRedisURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Store.Redis
-	want := Redis{URL: "rediss://user:pw@redis.internal:6380/2", DB: 3, KeyPrefix: "rl:", HashTag: "limiter", Deadline: floodgate.DefaultTimeout,
+	want := Redis{URL: "rediss://user:pw@redis.internal:6380/2", DB: 3, KeyPrefix: "rl:", HashTag: "limiter", Deadline: guard.DefaultTimeout,
 		DenyCacheSize: -1, Fallback: &Fallback{Instances: 4, MaxKeys: 5000}}
 	if r.URL != want.URL || r.DB != want.DB || r.KeyPrefix != want.KeyPrefix || r.HashTag != want.HashTag || r.Deadline != want.Deadline ||
 		r.DenyCacheSize != want.DenyCacheSize || *r.Fallback != *want.Fallback {
 		t.Errorf("redis = %+v (fallback %+v), want %+v", r, r.Fallback, want)
 	}
-	if c.Limiters[0].Deadline != floodgate.DefaultTimeout {
+	if c.Limiters[0].Deadline != guard.DefaultTimeout {
 		t.Errorf("limiter deadline = %v, want the store's", c.Limiters[0].Deadline)
 	}
 }

@@ -379,4 +379,3 @@ func (d *decoder) nearest(path string, fallback *yaml.Node) *yaml.Node {
 type nopStore struct{}
 
 func (nopStore) Apply(context.Context, *store.Batch) error { return nil }
-func (nopStore) InProcess() bool                           { return true }

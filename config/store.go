@@ -11,9 +11,8 @@ import (
 
 	"github.com/floodgate-go/floodgate/internal/yamlnode"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"go.yaml.in/yaml/v3"
-
-	"github.com/floodgate-go/floodgate"
 )
 
 func (d *decoder) breaker(n *yaml.Node, path string, b *store.BreakerOptions) {
@@ -99,7 +98,7 @@ func (d *decoder) store(n *yaml.Node, path string, s *Store) {
 }
 
 func (d *decoder) redis(n *yaml.Node, path string) *Redis {
-	r := &Redis{Deadline: floodgate.DefaultTimeout, KeyPrefix: "fg:", HashTag: "rule"}
+	r := &Redis{Deadline: guard.DefaultTimeout, KeyPrefix: "fg:", HashTag: "rule"}
 	f := d.mapping(n, path, "url", "cluster", "sentinel", "username", "password", "db", "deadline",
 		"key_prefix", "hash_tag", "deny_cache_size", "fallback")
 	if f == nil {

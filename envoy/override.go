@@ -63,7 +63,7 @@ func (s *Service) override(st *state, d *domain, ov *commonv3.RateLimitDescripto
 		return nil, nil, status.Errorf(codes.ResourceExhausted, "more than %d distinct limit override windows", maxOverrides)
 	}
 	opts := st.opts.Limiter
-	l, err := floodgate.New(limiterName(d.name)+"."+overrideRule+"-"+strconv.FormatInt(secs*mult, 10)+"s", s.store, []floodgate.Rule{{
+	l, err := floodgate.New(limiterName(d.name)+"."+overrideRule+"-"+strconv.FormatInt(secs*mult, 10)+"s", st.store, []floodgate.Rule{{
 		Name: overrideRule, Algorithm: floodgate.FixedWindow, Align: floodgate.AlignClock,
 		Limit: 1, Window: lf.window, Key: []string{overrideRule},
 		LimitFunc: func(_ context.Context, attrs floodgate.Attributes) (int64, error) {

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
@@ -48,7 +47,7 @@ func TestRedisOverLimitCacheKeepsOtherStatuses(t *testing.T) {
 		}
 		// A deadline no loaded machine reaches: a store timeout would be a
 		// failure-policy answer, not the statuses this test is about.
-		h := start(t, cfg, st, &envoy.Options{Limiter: floodgate.Options{Timeout: 5 * time.Second}})
+		h := start(t, cfg, st, nil)
 		const minuteLeft, hourLeft = 30 * time.Second, 2790 * time.Second
 		for i := range 15 {
 			resp := h.ask("another", 0, desc("key2", "v"), desc("key3", "v"))
@@ -101,7 +100,7 @@ func TestRedisGrantedLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := start(t, cfg, g, &envoy.Options{Limiter: floodgate.Options{Timeout: 5 * time.Second}})
+	h := start(t, cfg, g, nil)
 	for _, ls := range h.svc.Limits() {
 		if ls.Domain == "llm" && (len(ls.Rules) != 1 || !ls.Rules[0].Grant) {
 			t.Fatalf("rules of llm = %+v, want one with Grant", ls.Rules)

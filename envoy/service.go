@@ -20,11 +20,15 @@ import (
 type Options struct {
 	// Limiter is the template of the options given to each domain's
 	// limiter: Clock, FailurePolicy, Shadow (the reference service's
-	// global shadow mode), Timeout, Breaker, Observer and Logger. The
+	// global shadow mode), Observer and Logger. The
 	// limiters are named "envoy." followed by the domain (characters other
 	// than letters, digits, '.' and '_' are written as '-' and two hex
 	// digits), so an Observer can tell them apart.
 	Limiter floodgate.Options
+	// Store, when set, keeps the counters of the domains' limiters in
+	// place of the store given to New: an update can move them to a store
+	// of another deadline or breaker (store/guard) over the same state.
+	Store store.Store
 	// Lookup, when set, is consulted for a request whose domain no Envoy
 	// config file defines: if it returns a limiter, each descriptor's
 	// entries become that limiter's request attributes (key → value) and
@@ -52,6 +56,7 @@ type state struct {
 	cfg      *Config
 	opts     Options
 	clock    floodgate.Clock               // opts.Limiter.Clock, or the system clock
+	store    store.Store                   // opts.Store, or the Service's
 	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
 
 	mu        sync.Mutex
@@ -77,7 +82,7 @@ func New(store store.Store, cfg *Config, opts *Options) (*Service, error) {
 
 // Update makes cfg (nil means no domains) the Service's configuration, and
 // opts, when not nil, its options (a reload that changes the failure
-// policy, the breaker or the store deadline). The swap is atomic: each call
+// policy, or the store's deadline or breaker). The swap is atomic: each call
 // to ShouldRateLimit sees either the old or the new configuration. Counters
 // live in the store, so a domain's limits keep their counts across an
 // update as long as its descriptors keep their paths. On error the old
@@ -89,9 +94,12 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 	if opts == nil {
 		opts = &s.cur.Load().opts
 	}
-	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
+	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, store: opts.Store, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
 	if st.clock == nil {
 		st.clock = floodgate.SystemClock{}
+	}
+	if st.store == nil {
+		st.store = s.store
 	}
 	for name, d := range cfg.domains {
 		if len(d.leaves) == 0 {
@@ -101,7 +109,7 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 		if old := s.cur.Load(); old != nil {
 			lopts.Replaces = old.limiters[name] // an update takes over the old version's keys
 		}
-		l, err := floodgate.New(limiterName(name), s.store, d.rules(), &lopts)
+		l, err := floodgate.New(limiterName(name), st.store, d.rules(), &lopts)
 		if err != nil {
 			return fmt.Errorf("envoy: domain %q (%s): %w", name, d.file, err)
 		}

@@ -487,7 +487,6 @@ func TestStoreFailure(t *testing.T) {
 			var api *floodgate.Limiter
 			opts := &envoy.Options{Lookup: func(name string) *floodgate.Limiter { return api }}
 			opts.Limiter.FailurePolicy = tc.policy
-			opts.Limiter.Timeout = time.Second
 			opts.Limiter.Logger = slog.New(slog.DiscardHandler)
 			h := start(t, loadEdge(t), brokenStore{}, opts)
 			var err error

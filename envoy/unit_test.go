@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
@@ -48,7 +47,7 @@ func TestUnitChange(t *testing.T) {
 		}},
 	} {
 		t.Run(st.name, func(t *testing.T) {
-			h := start(t, hotDomain(t, "second", 3), st.open(t), &envoy.Options{Limiter: floodgate.Options{Timeout: 5 * time.Second}})
+			h := start(t, hotDomain(t, "second", 3), st.open(t), nil)
 			admitted := func(n int) (got int) {
 				for range n {
 					if h.ask("hot", 0, desc("hot", "h1")).OverallCode == ok {

@@ -60,7 +60,7 @@ func TestFairnessAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { store.Close() })
-		lim, err := floodgate.New("fair", store, rules, &floodgate.Options{Timeout: 5 * time.Second, FailurePolicy: floodgate.FailClosed})
+		lim, err := floodgate.New("fair", store, rules, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
 		if err != nil {
 			t.Fatal(err)
 		}

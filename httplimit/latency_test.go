@@ -29,7 +29,7 @@ func BenchmarkMiddlewareLatency(b *testing.B) {
 		Limit: 1 << 40, Window: time.Minute, Key: []string{"tenant"}}}
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	wrap := func(b *testing.B, store store.Store) http.Handler {
-		lim, err := floodgate.New("latency", store, rules, &floodgate.Options{Timeout: time.Second})
+		lim, err := floodgate.New("latency", store, rules, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

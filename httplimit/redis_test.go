@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -29,8 +30,12 @@ func TestRedisStoppedUnderBothPolicies(t *testing.T) {
 	rules := []floodgate.Rule{{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"client"}}}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	serve := func(name string, policy floodgate.FailurePolicy) string {
-		lim, err := floodgate.New(name, store, rules, &floodgate.Options{
-			FailurePolicy: policy, Timeout: time.Second, Logger: slog.New(slog.DiscardHandler),
+		guarded, err := guard.New(store, &guard.Options{Timeout: time.Second, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := floodgate.New(name, guarded, rules, &floodgate.Options{
+			FailurePolicy: policy, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)

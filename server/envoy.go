@@ -14,24 +14,40 @@ import (
 )
 
 // envoyOptions are the options of the Envoy service's limiters: the
-// configuration's global failure policy, breaker and store deadline, and
-// the server's observer (metrics, top keys and the status page's counts),
-// logger and clock. Domains that no Envoy file
+// configuration's global failure policy, the chain of its global breaker
+// and store deadline, and the server's observer (metrics, top keys and
+// the status page's counts), logger and clock. Domains that no Envoy file
 // defines fall back to the YAML configuration's limiter of that name.
-func (s *Server) envoyOptions(c *config.Config) *envoy.Options {
+func (s *Server) envoyOptions(c *config.Config) (*envoyOptions, error) {
+	ch, err := s.envoyChain(s.envoyPolicy(c))
+	if err != nil {
+		return nil, err
+	}
 	o := floodgate.Options{
 		FailurePolicy: c.FailurePolicy,
-		Breaker:       c.Breaker,
 		Observer:      s.observe,
 		Logger:        s.Logger,
 		Clock:         s.Clock,
-		Fallback:      s.Fallback,
+		Shadow:        s.Envoy.Shadow,
 	}
+	return &envoyOptions{Options: envoy.Options{Limiter: o, Store: ch.store, Lookup: s.limiter, Headers: s.Envoy.Headers}, chain: ch}, nil
+}
+
+// envoyOptions are the Envoy service's options, and the chain of their
+// store.
+type envoyOptions struct {
+	envoy.Options
+	chain *chain
+}
+
+// envoyPolicy is the policy of the Envoy domains' limiters: the
+// configuration's global breaker and store deadline.
+func (s *Server) envoyPolicy(c *config.Config) policy {
+	p := policy{breaker: c.Breaker}
 	if c.Store.Redis != nil {
-		o.Timeout = c.Store.Redis.Deadline
+		p.deadline = c.Store.Redis.Deadline
 	}
-	o.Shadow = s.Envoy.Shadow
-	return &envoy.Options{Limiter: o, Lookup: s.limiter, Headers: s.Envoy.Headers}
+	return p
 }
 
 // EnvoySettings tune the Envoy service beyond its configuration files,
@@ -61,10 +77,15 @@ func (s *Server) openEnvoy() error {
 	if err != nil {
 		return err
 	}
-	svc, err := envoy.New(s.store, cfg, s.envoyOptions(s.Config))
+	opts, err := s.envoyOptions(s.Config)
 	if err != nil {
 		return err
 	}
+	svc, err := envoy.New(opts.Store, cfg, &opts.Options)
+	if err != nil {
+		return err
+	}
+	s.envoyOn.Store(opts.chain)
 	if s.envoyKeep, err = newEnvoyKeep(s.Registerer); err != nil {
 		return err
 	}

@@ -220,21 +220,14 @@ func (m *metrics) reloadFailed() {
 
 // instrument wraps a store so that every call's latency is observed.
 func (m *metrics) instrument(s store.Store) store.Store {
-	in, ok := s.(store.InProcess)
-	return &instrumentedStore{Store: s, m: m, inProcess: ok && in.InProcess()}
+	return &instrumentedStore{Store: s, m: m}
 }
 
 // instrumentedStore is a store.Store decorator that times every call.
-// It keeps the wrapped store's InProcess answer, so an in-memory store keeps
-// its fast path.
 type instrumentedStore struct {
 	store.Store
-	m         *metrics
-	inProcess bool
+	m *metrics
 }
-
-// InProcess reports what the wrapped store reports.
-func (s *instrumentedStore) InProcess() bool { return s.inProcess }
 
 // Apply applies b on the wrapped store and observes its latency.
 func (s *instrumentedStore) Apply(ctx context.Context, b *store.Batch) error {

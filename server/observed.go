@@ -15,6 +15,8 @@ type observedLimiter struct {
 	rules []floodgate.Rule
 	// domain is the Envoy domain, "" for a limiter of the configuration.
 	domain string
+	// chain is the limiter's store (stores.go).
+	chain *chain
 }
 
 // FailurePolicy is the limiter's, or open for a domain without counted
@@ -29,13 +31,9 @@ func (o observedLimiter) FailurePolicy() floodgate.FailurePolicy {
 // Name is the limiter's name.
 func (o observedLimiter) Name() string { return o.name }
 
-// Breaker is the limiter's breaker state: closed without a limiter.
-func (o observedLimiter) Breaker() store.BreakerState {
-	if o.l == nil {
-		return store.BreakerClosed
-	}
-	return o.l.Breaker()
-}
+// Breaker is the state of the breaker of the limiter's store: closed
+// without one.
+func (o observedLimiter) Breaker() store.BreakerState { return o.chain.breaker() }
 
 // Shadow reports whether the whole limiter runs dark.
 func (o observedLimiter) Shadow() bool { return o.l != nil && o.l.Shadow() }
@@ -57,11 +55,11 @@ func (s *Server) observed() []observedLimiter {
 	var out []observedLimiter
 	for _, cl := range set.config.Limiters {
 		l := set.byName[cl.Name]
-		out = append(out, observedLimiter{name: l.Name(), l: l, rules: l.Rules()})
+		out = append(out, observedLimiter{name: l.Name(), l: l, rules: l.Rules(), chain: set.chains[cl.Name]})
 	}
 	if s.envoy != nil {
 		for _, ls := range s.envoy.Limits() {
-			out = append(out, observedLimiter{name: ls.Name, l: ls.Limiter, rules: ls.Rules, domain: ls.Domain})
+			out = append(out, observedLimiter{name: ls.Name, l: ls.Limiter, rules: ls.Rules, domain: ls.Domain, chain: s.envoyOn.Load()})
 		}
 	}
 	return out

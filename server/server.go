@@ -61,8 +61,8 @@ type Server struct {
 	// changes the store section is applied except for the store, and
 	// logged.
 	Store store.Store
-	// Fallback, when set, decides for every limiter while Store cannot
-	// answer (floodgate.Options.Fallback), typically store/share over a
+	// Fallback, when set, decides for every limiter while a remote Store
+	// cannot answer (store/guard's Fallback), typically store/share over a
 	// memory store.
 	Fallback store.Store
 
@@ -137,7 +137,12 @@ type Server struct {
 	live      *live // top keys and per-second counts (live.go)
 	envoy     *envoy.Service
 	envoyKeep *envoyKeep  // the domains served after their file went (envoykeep.go)
-	store     store.Store // Store, instrumented
+	remote    bool        // Store is remote (Redis), not in process: limiters decide on guarded chains (stores.go)
+	grants    grantStores // every chain's grants, for their counts
+	envoyOn   atomic.Pointer[chain]
+	// envoyChains are the Envoy domains' stores, by policy (stores.go).
+	envoyChains   map[policy]*chain
+	envoyChainsMu sync.Mutex
 	secret    []byte
 	refunded  refunded
 	draining  atomic.Bool // Close's drain period: answers close their connection
@@ -159,7 +164,8 @@ type Server struct {
 type limiterSet struct {
 	config  *config.Config
 	byName  map[string]*floodgate.Limiter
-	names   []string // sorted
+	chains  map[string]*chain // each limiter's store (stores.go)
+	names   []string          // sorted
 	gateway *gatewaySet
 	// maxRules is the most rules a limiter has: the most keys a ticket
 	// holds.
@@ -208,7 +214,13 @@ func (s *Server) Open() error {
 	}
 	s.metrics = m
 	s.live = newLive(s.Clock)
-	s.store = m.instrument(s.Store)
+	_, inProcess := s.Store.(store.Binder) // only in-process stores bind
+	s.remote = !inProcess
+	if s.remote {
+		if err := s.registerGrants(); err != nil {
+			return err
+		}
+	}
 	set, err := s.build(s.Config)
 	if err != nil {
 		return err
@@ -397,6 +409,7 @@ func (s *Server) Close() error {
 		}
 		wg.Wait()
 		s.wg.Wait()
+		s.closeChains()
 	})
 	return s.closeErr
 }
@@ -416,7 +429,7 @@ func (s *Server) closingWhenDraining(h http.Handler) http.Handler {
 
 // build makes the limiters of c on the server's store.
 func (s *Server) build(c *config.Config) (*limiterSet, error) {
-	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters))}
+	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters)), chains: make(map[string]*chain, len(c.Limiters))}
 	prev := s.limiters.Load()
 	for i := range c.Limiters {
 		cl := &c.Limiters[i]
@@ -424,14 +437,20 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 		if prev != nil {
 			replaces = prev.byName[cl.Name]
 		}
-		l, err := cl.New(s.store, floodgate.Options{
+		ch, err := s.newChain(policy{deadline: cl.Deadline, breaker: cl.Breaker}, granted(cl.Rules))
+		if err != nil {
+			s.retire(set)
+			return nil, err
+		}
+		set.chains[cl.Name] = ch
+		l, err := cl.New(ch.store, floodgate.Options{
 			Observer: s.observe,
 			Logger:   s.Logger,
 			Clock:    s.Clock,
 			Replaces: replaces,
-			Fallback: s.Fallback,
 		})
 		if err != nil {
+			s.retire(set)
 			return nil, err
 		}
 		set.byName[cl.Name] = l
@@ -496,17 +515,24 @@ func (s *Server) reload() error {
 	if s.envoy != nil {
 		ecfg, err := envoy.LoadDir(s.EnvoyConfigDir)
 		if err != nil {
+			s.retire(set)
 			return err
 		}
 		ecfg = s.keepMissing(ecfg, time.Now())
 		// Update changes nothing when it fails, so it goes before the
 		// limiters are swapped: a rejected reload swaps neither.
-		if err := s.envoy.Update(ecfg, s.envoyOptions(c)); err != nil {
+		opts, err := s.envoyOptions(c)
+		if err == nil {
+			err = s.envoy.Update(ecfg, &opts.Options)
+		}
+		if err != nil {
+			s.retire(set)
 			return err
 		}
+		s.envoyOn.Store(opts.chain)
 		s.Logger.Info("envoy rate limit configuration reloaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(ecfg.Domains(), ","))
 	}
-	s.limiters.Store(set)
+	s.retire(s.limiters.Swap(set))
 	if s.ConfigPath != "" { // without one, only the Envoy directory was reloaded (logged above)
 		s.Logger.Info("config reloaded", "file", s.ConfigPath, "limiters", len(set.names))
 	}

@@ -86,7 +86,7 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpErr
 			Name:          l.Name(),
 			FailurePolicy: l.FailurePolicy().String(),
 			Shadow:        l.Shadow(),
-			Breaker:       l.Breaker().String(),
+			Breaker:       set.chains[cl.Name].breaker().String(),
 			TokenRules:    cl.TokenRules,
 		}
 		for _, rule := range l.Rules() {

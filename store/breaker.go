@@ -91,3 +91,18 @@ func (s BreakerState) String() string {
 // ErrBreakerOpen is the error of a call refused because a circuit breaker
 // is open.
 var ErrBreakerOpen = errors.New("store circuit breaker open")
+
+// RetryError is a store failure that says when the store is next tried:
+// a call a circuit breaker refused (Err is ErrBreakerOpen), or the failure
+// that opened it. A limiter that fails closed tells its callers to retry
+// then (at least a second later).
+type RetryError struct {
+	Err     error
+	RetryIn time.Duration
+}
+
+// Error returns Err's message.
+func (e *RetryError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *RetryError) Unwrap() error { return e.Err }

@@ -26,22 +26,6 @@ type Store interface {
 	Apply(ctx context.Context, b *Batch) error
 }
 
-// InProcess is implemented by stores that never block on I/O (store/memory).
-// The engine skips the per-call deadline and the circuit breaker for them,
-// which keeps their hot path free of allocations.
-type InProcess interface {
-	InProcess() bool
-}
-
-// Local is implemented by remote stores' decorators that answer some
-// batches in-process (store/grant). The engine offers every batch to
-// ApplyLocal first, without the per-call deadline and the circuit breaker
-// of a remote store, and applies it as usual when ApplyLocal reports that
-// it did not answer. ApplyLocal never blocks on I/O.
-type Local interface {
-	ApplyLocal(b *Batch) bool
-}
-
 // Mode says what a Batch does.
 type Mode uint8
 

@@ -84,7 +84,7 @@ func RunConcurrent(t *testing.T, s store.Store, e *Expiry) {
 	for i := range cases {
 		c := &cases[i]
 		lim, err := floodgate.New(prefix+"-"+c.rule.Name, s, []floodgate.Rule{c.rule},
-			&floodgate.Options{FailurePolicy: floodgate.FailClosed, Timeout: storeTimeout})
+			&floodgate.Options{FailurePolicy: floodgate.FailClosed})
 		if err != nil {
 			t.Fatalf("%s: %v", c.rule.Name, err)
 		}

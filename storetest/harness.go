@@ -100,7 +100,7 @@ func newHarness(t *testing.T, store *sharedStore, name string, seed uint64, star
 		h.pro = append(h.pro, hr.dynamic && hr.override)
 		rs = append(rs, r)
 	}
-	lim, err := floodgate.New(name, store.Store, rs, &floodgate.Options{Clock: h.clock, Shadow: shadowLimiter, Timeout: storeTimeout})
+	lim, err := floodgate.New(name, store.Store, rs, &floodgate.Options{Clock: h.clock, Shadow: shadowLimiter})
 	if err != nil {
 		t.Fatalf("seed %d: floodgate.New: %v", seed, err)
 	}

@@ -24,11 +24,6 @@ type fixture struct {
 // far from any time zone change.
 var scenarioStart = time.Date(2024, 5, 15, 12, 0, 0, 0, time.UTC)
 
-// storeTimeout is the limiters' deadline for a remote store's call: far
-// beyond what a busy test machine takes, so that every answer is the
-// store's and none the failure policy's.
-const storeTimeout = 10 * time.Second
-
 func newFixture(t *testing.T, store *sharedStore, name string, opts *floodgate.Options, rules ...floodgate.Rule) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clock: store.clockAt(scenarioStart)}
@@ -36,9 +31,6 @@ func newFixture(t *testing.T, store *sharedStore, name string, opts *floodgate.O
 		opts = &floodgate.Options{}
 	}
 	opts.Clock = f.clock
-	if opts.Timeout == 0 {
-		opts.Timeout = storeTimeout
-	}
 	lim, err := floodgate.New(name, store.Store, rules, opts)
 	if err != nil {
 		t.Fatalf("floodgate.New: %v", err)

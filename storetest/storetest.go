@@ -86,7 +86,7 @@ type config struct {
 // sharedStore is a store under test, shared by the limiters of a group of
 // subtests, and the clocks that drive it. Limiters are given the store
 // itself (Store), so that they see what it implements beyond the port
-// (store.InProcess, store.Binder). A store may assume that time does
+// (store.Binder). A store may assume that time does
 // not go backwards across its keys (the memory store reclaims keys by the
 // latest time it has seen), so each new clock starts no earlier than the
 // others read.
@@ -155,14 +155,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 }
 
 // batchOnly is a store with its Binder hidden: limiters over it take the
-// Batch path. It keeps the store's InProcess answer.
+// Batch path.
 type batchOnly struct{ store.Store }
-
-// InProcess reports what the store reports.
-func (s batchOnly) InProcess() bool {
-	ip, ok := s.Store.(store.InProcess)
-	return ok && ip.InProcess()
-}
 
 // suite runs every test of the suite on stores made by newStore.
 func suite(t *testing.T, newStore func(t *testing.T) store.Store, cfg *config) {

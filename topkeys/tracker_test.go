@@ -121,7 +121,6 @@ func TestShadowRuleDenialsAndStoreFailures(t *testing.T) {
 type failing struct{}
 
 func (failing) Apply(context.Context, *store.Batch) error { return errors.New("down") }
-func (failing) InProcess() bool                           { return true }
 
 func TestSpansRollOverMinutes(t *testing.T) {
 	clock := floodgate.NewManualClock(start)

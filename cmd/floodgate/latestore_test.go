@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 	"github.com/floodgate-go/floodgate/store/share"
@@ -32,9 +33,13 @@ func TestRedisDownAtStart(t *testing.T) {
 	mem := memory.New(nil)
 	defer mem.Close()
 	fallback, _ := share.New(mem, 1)
-	lim, err := floodgate.New("api", late, []floodgate.Rule{
+	guarded, err := guard.New(late, &guard.Options{Fallback: fallback, Breaker: store.BreakerOptions{Cooldown: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := floodgate.New("api", guarded, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{Fallback: fallback, FailurePolicy: floodgate.FailClosed, Breaker: store.BreakerOptions{Cooldown: 100 * time.Millisecond}})
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}

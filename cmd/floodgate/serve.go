@@ -20,7 +20,6 @@ import (
 	"github.com/floodgate-go/floodgate/config"
 	"github.com/floodgate-go/floodgate/server"
 	"github.com/floodgate-go/floodgate/store"
-	"github.com/floodgate-go/floodgate/store/grant"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/overlimit"
 	"github.com/floodgate-go/floodgate/store/redis"
@@ -155,7 +154,6 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerGrants(reg, store)
 	adminToken := firstNonEmpty(f.adminToken, m.Getenv("FLOODGATE_ADMIN_TOKEN"))
 	secret := firstNonEmpty(f.ticketSecret, m.Getenv("FLOODGATE_TICKET_SECRET"))
 	srv := &server.Server{
@@ -324,8 +322,7 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 		logger.Warn("floodgate: Redis unreachable at start: deciding on the fallback, dialling again every second",
 			"redis", redisTarget(r), "err", withoutSecrets(err.Error(), r))
 		l := dialLater(opts, err, func(msg string) string { return withoutSecrets(msg, r) }, logger)
-		g := grant.New(withDenyCache(l, r.DenyCacheSize), nil)
-		return g, func() { g.Close(); l.Close() }, nil
+		return withDenyCache(l, r.DenyCacheSize), func() { l.Close() }, nil
 	case err != nil:
 		return nil, nil, fmt.Errorf("store.redis (%s): %s", redisTarget(r), withoutSecrets(err.Error(), r))
 	}
@@ -333,36 +330,8 @@ func openRedis(r *config.Redis, logger *slog.Logger) (store.Store, func(), error
 		logger.Warn("store.redis.cluster names a Redis that is not a Cluster (cluster_enabled:0): floodgate uses it as a single node; set store.redis.url instead",
 			"redis", redisTarget(r))
 	}
-	// The grant store goes outermost, so that limiters find its local
-	// answers (store.Local); what it passes on meets the over-limit cache.
-	g := grant.New(withDenyCache(s, r.DenyCacheSize), nil)
-	return g, func() { g.Close(); s.Close() }, nil
-}
-
-// registerGrants exports the counts of the grant store in st's chain of
-// decorators (there is one over every Redis store: it answers the rules
-// with grant: true, and passes the others on), if any.
-func registerGrants(reg prometheus.Registerer, st store.Store) {
-	for st != nil {
-		if g, ok := st.(*grant.Store); ok {
-			count := func(name, help string, f func(grant.Stats) int64) {
-				reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-					func() float64 { return float64(f(g.Stats())) }))
-			}
-			count("floodgate_grants_total", "Quota grants taken from Redis (rules with grant: true).", func(s grant.Stats) int64 { return s.Grants })
-			count("floodgate_grant_units_total", "Units taken from Redis in quota grants.", func(s grant.Stats) int64 { return s.Granted })
-			count("floodgate_grant_returned_units_total", "Units of quota grants given back to Redis unspent.", func(s grant.Stats) int64 { return s.Returned })
-			count("floodgate_grant_stranded_units_total", "Units of quota grants neither spent nor given back: their window ended first.", func(s grant.Stats) int64 { return s.Stranded })
-			count("floodgate_grant_local_decisions_total", "Decisions on granted rules answered in-process, from a grant or a held denial.", func(s grant.Stats) int64 { return s.Local })
-			count("floodgate_grant_passed_decisions_total", "Decisions on granted rules sent to Redis as they are (too little left to grant).", func(s grant.Stats) int64 { return s.Passed })
-			return
-		}
-		u, ok := st.(interface{ Unwrap() store.Store })
-		if !ok {
-			return
-		}
-		st = u.Unwrap()
-	}
+	// The service puts each limiter's guard and quota grants on top.
+	return withDenyCache(s, r.DenyCacheSize), func() { s.Close() }, nil
 }
 
 // withDenyCache puts the over-limit cache of store.redis.deny_cache_size in

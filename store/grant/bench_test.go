@@ -48,15 +48,14 @@ func BenchmarkLocal(b *testing.B) {
 	}
 }
 
-// batchOnly hides the memory store's Binder and InProcess: the benchmark
-// compares Apply with Apply.
+// batchOnly hides the memory store's Binder: the benchmark compares Apply
+// with Apply.
 type batchOnly struct{ store.Store }
 
 // BenchmarkLocalLimiter is the same comparison through the public Limiter
 // API (AllowKey on a global key): the memory store on its bound fast path
 // (memory) and on the Batch path (memory-batch, its Binder hidden), and
-// the grant store, whose local answers the limiter takes before a remote
-// store's deadline and circuit breaker (store.Local).
+// the grant store's local answers.
 //
 // Run: go test -run '^$' -bench LocalLimiter -benchmem ./store/grant
 func BenchmarkLocalLimiter(b *testing.B) {
@@ -66,7 +65,7 @@ func BenchmarkLocalLimiter(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		st   store.Store
-	}{{"memory", mem}, {"memory-batch", inProcess{mem}}, {"grant", grant.New(mem, &grant.Options{Idle: -1})}} {
+	}{{"memory", mem}, {"memory-batch", batchOnly{mem}}, {"grant", grant.New(mem, &grant.Options{Idle: -1})}} {
 		b.Run(c.name, func(b *testing.B) {
 			lim, err := floodgate.New("bench-"+c.name, c.st, []floodgate.Rule{rule}, nil)
 			if err != nil {
@@ -85,9 +84,3 @@ func BenchmarkLocalLimiter(b *testing.B) {
 		})
 	}
 }
-
-// inProcess hides the memory store's Binder but not its InProcess: a
-// limiter over it takes the Batch path of an in-process store.
-type inProcess struct{ store.Store }
-
-func (inProcess) InProcess() bool { return true }

@@ -135,10 +135,7 @@ type Store struct {
 	once sync.Once
 }
 
-var (
-	_ store.Store = (*Store)(nil)
-	_ store.Local = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 type shard struct {
 	mu sync.Mutex
@@ -343,33 +340,6 @@ func (s *Store) answer(g *grant, b *store.Batch, now int64) bool {
 	}
 	s.stats.local.Add(1)
 	return true
-}
-
-// ApplyLocal answers b when it is a consume of one granted rule that the
-// key's live grant, or its held denial, answers without the inner store,
-// and reports whether it did (store.Local). A limiter over s offers it
-// every batch before Apply, without a deadline or its circuit breaker.
-func (s *Store) ApplyLocal(b *store.Batch) bool {
-	if b.Mode != store.Consume || len(b.Ops) != 1 || !s.grants(&b.Ops[0]) {
-		return false
-	}
-	op := &b.Ops[0]
-	g := s.lookup(op, false)
-	if g == nil {
-		return false
-	}
-	now := b.Now.UnixMicro()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.dead || g.params != op.Params || g.left > 0 && now >= g.live {
-		return false
-	}
-	if s.answer(g, b, now) {
-		g.touched = true
-		g.lastNow = max(g.lastNow, now)
-		return true
-	}
-	return false
 }
 
 // consumeWindow takes a grant of a fixed window for b, or passes b to the

@@ -64,7 +64,7 @@ func newInstance(t *testing.T, srv *redistest.Server, rule floodgate.Rule, opts 
 	in := &instance{redis: &counted{Store: rs}}
 	in.grant = grant.New(in.redis, opts)
 	in.seen = &observed{grant: in.grant, windows: map[int64]int64{}}
-	in.lim, err = floodgate.New("hot", in.seen, []floodgate.Rule{rule}, &floodgate.Options{Clock: clock, Timeout: 5 * time.Second})
+	in.lim, err = floodgate.New("hot", in.seen, []floodgate.Rule{rule}, &floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +93,6 @@ func (o *observed) Apply(ctx context.Context, b *store.Batch) error {
 	}
 	o.count(b)
 	return nil
-}
-
-func (o *observed) ApplyLocal(b *store.Batch) bool {
-	if !o.grant.ApplyLocal(b) {
-		return false
-	}
-	o.count(b)
-	return true
 }
 
 func (o *observed) count(b *store.Batch) {

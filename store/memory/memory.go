@@ -57,10 +57,7 @@ type Store struct {
 	once sync.Once
 }
 
-var (
-	_ store.Store     = (*Store)(nil)
-	_ store.InProcess = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 // entry is one key's slot, 128 bytes. A decision on a key that one rule
 // keys on reads and writes the first cache line alone (with the 128-byte
@@ -185,9 +182,6 @@ func nextPow2(n int) int {
 	}
 	return p
 }
-
-// InProcess reports true: the store never blocks on I/O.
-func (s *Store) InProcess() bool { return true }
 
 // Close stops the background sweeper. The store keeps answering.
 func (s *Store) Close() error {

@@ -48,7 +48,7 @@ func benchEach(b *testing.B, rule floodgate.Rule, allowed bool) {
 				if kind == "overlimit" {
 					st = overlimit.New(inner, nil)
 				}
-				lim, err := floodgate.New("bench-"+kind, st, []floodgate.Rule{rule}, &floodgate.Options{Timeout: 10 * time.Second})
+				lim, err := floodgate.New("bench-"+kind, st, []floodgate.Rule{rule}, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -79,10 +79,7 @@ type Store struct {
 	shards []shard
 }
 
-var (
-	_ store.Store     = (*Store)(nil)
-	_ store.InProcess = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 // shard is one lock's worth of denials.
 type shard struct {
@@ -142,13 +139,6 @@ func New(inner store.Store, opts *Options) *Store {
 // Unwrap returns the store s decorates, so that what it offers beyond
 // store.Store (a Redis store's Ping) can be found.
 func (s *Store) Unwrap() store.Store { return s.inner }
-
-// InProcess reports what the inner store reports, so a memory store behind
-// a Store keeps its fast path in the limiter.
-func (s *Store) InProcess() bool {
-	ip, ok := s.inner.(store.InProcess)
-	return ok && ip.InProcess()
-}
 
 // Apply answers b locally when it is a consume whose every rule is a
 // remembered denial, and otherwise applies it to the inner store and learns

@@ -21,7 +21,7 @@ var ctx = context.Background()
 // clock).
 func newLimiter(t *testing.T, name string, st store.Store, clock floodgate.Clock, rules ...floodgate.Rule) *floodgate.Limiter {
 	t.Helper()
-	lim, err := floodgate.New(name, st, rules, &floodgate.Options{Clock: clock, Timeout: 10 * time.Second})
+	lim, err := floodgate.New(name, st, rules, &floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,16 +318,6 @@ func TestSize(t *testing.T) {
 	}
 	if n := inner.since(); n != 3 {
 		t.Fatalf("inner calls for x, y, x, y with room for one: %d, want 3", n)
-	}
-}
-
-// TestInProcess: the decorator reports what its inner store reports.
-func TestInProcess(t *testing.T) {
-	for _, be := range backends {
-		got := overlimit.New(be.start(t)(t), nil).InProcess()
-		if want := be.name == "memory"; got != want {
-			t.Errorf("over %s: InProcess() = %v, want %v", be.name, got, want)
-		}
 	}
 }
 

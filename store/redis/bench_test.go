@@ -52,7 +52,7 @@ func BenchmarkDecision(b *testing.B) {
 						b.Fatal(err)
 					}
 					defer store.Close()
-					lim, err := floodgate.New("bench", store, benchRules(rules), &floodgate.Options{Timeout: 5 * time.Second})
+					lim, err := floodgate.New("bench", store, benchRules(rules), nil)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -49,10 +49,10 @@ func TestClusterCompensationUsesItsNode(t *testing.T) {
 	st := serverStore(t, cl.Addrs(), true, func(o *redis.Options) {
 		o.NodeBreaker = store.BreakerOptions{Failures: 1, Cooldown: time.Minute}
 	})
-	lim, err := floodgate.New("comp", st, []floodgate.Rule{
+	lim, err := floodgate.New("comp", guarded(t, st, 300*time.Millisecond, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "a", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}},
 		{Name: "b", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{Timeout: 300 * time.Millisecond, FailurePolicy: floodgate.FailClosed})
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,9 +69,10 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 	if warned := strings.Contains(logs.String(), "cluster-require-full-coverage is yes"); warned != fullCoverage {
 		t.Errorf("start-up warning about cluster-require-full-coverage: %v, want %v; log:\n%s", warned, fullCoverage, logs.String())
 	}
-	lim, err := floodgate.New("lost", st, []floodgate.Rule{
+	g := guarded(t, st, 250*time.Millisecond, store.BreakerOptions{})
+	lim, err := floodgate.New("lost", g, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1e9, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Timeout: 250 * time.Millisecond,
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +135,7 @@ func clusterMasterLost(t *testing.T, args []string, fullCoverage bool) {
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
-			if lim.Breaker() != store.BreakerClosed {
+			if g.State() != store.BreakerClosed {
 				breakerOpened.Store(true)
 			}
 		}

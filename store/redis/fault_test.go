@@ -107,14 +107,15 @@ func TestRedisFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	const deadline = 50 * time.Millisecond
-	opts := &floodgate.Options{Timeout: deadline, FailurePolicy: floodgate.FailClosed,
-		Breaker: store.BreakerOptions{Failures: 5, Cooldown: 200 * time.Millisecond}}
+	opts := &floodgate.Options{FailurePolicy: floodgate.FailClosed}
+	breaker := store.BreakerOptions{Failures: 5, Cooldown: 200 * time.Millisecond}
+	g := guarded(t, st, deadline, breaker)
 	rules := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1_000_000, Window: time.Hour, Key: []string{"user"}}}
-	lim, err := floodgate.New("faults", st, rules, opts)
+	lim, err := floodgate.New("faults", g, rules, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	strict, err := floodgate.New("strict", st, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour}}, opts)
+	strict, err := floodgate.New("strict", guarded(t, st, deadline, breaker), []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Hour}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,9 +138,9 @@ func TestRedisFaults(t *testing.T) {
 	}
 	waitBreaker := func(phase string, want store.BreakerState) {
 		t.Helper()
-		for end := time.Now().Add(2 * time.Second); lim.Breaker() != want; time.Sleep(5 * time.Millisecond) {
+		for end := time.Now().Add(2 * time.Second); g.State() != want; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(end) {
-				t.Fatalf("%s: breaker %v, want %v", phase, lim.Breaker(), want)
+				t.Fatalf("%s: breaker %v, want %v", phase, g.State(), want)
 			}
 		}
 	}
@@ -204,9 +205,8 @@ func TestClusterNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &floodgate.Options{Timeout: 500 * time.Millisecond, FailurePolicy: floodgate.FailClosed,
-		Breaker: store.BreakerOptions{Failures: -1}}
-	lim, err := floodgate.New("nodes", st, []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}}, opts)
+	opts := &floodgate.Options{FailurePolicy: floodgate.FailClosed}
+	lim, err := floodgate.New("nodes", guarded(t, st, 500*time.Millisecond, store.BreakerOptions{Failures: -1}), []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

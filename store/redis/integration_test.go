@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -36,10 +37,10 @@ func serverStore(t testing.TB, addrs []string, cluster bool, edit func(*redis.Op
 	return s
 }
 
-// patient are limiter options for load tests: a deadline long enough for a
-// loaded test machine, and fail-closed, so a store failure can never pass
-// for an admission.
-var patient = &floodgate.Options{Timeout: 10 * time.Second, FailurePolicy: floodgate.FailClosed}
+// patient are limiter options for load tests: no deadline (the store is
+// not guarded), and fail-closed, so a store failure can never pass for an
+// admission.
+var patient = &floodgate.Options{FailurePolicy: floodgate.FailClosed}
 
 // TestExactAdmission runs 5,000 concurrent requests through 4 limiters, each
 // with its own client, on one Redis and a limit of 1,000: exactly 1,000 are
@@ -506,9 +507,9 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	defer s.Close()
 	const limit = 5
-	lim, err := floodgate.New("failover", s, []floodgate.Rule{
+	lim, err := floodgate.New("failover", guarded(t, s, time.Second, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: limit, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{Timeout: time.Second, FailurePolicy: floodgate.FailClosed})
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}

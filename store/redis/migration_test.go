@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -141,8 +142,7 @@ func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 		o.HashTag = tag
 		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})
-	opts := &floodgate.Options{Timeout: migrationDeadline, FailurePolicy: floodgate.FailClosed,
-		Logger: slog.New(slog.DiscardHandler)}
+	opts := &floodgate.Options{FailurePolicy: floodgate.FailClosed, Logger: slog.New(slog.DiscardHandler)}
 	rules := []floodgate.Rule{
 		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 4, Window: 500 * time.Millisecond, Key: []string{"user"}},
 		{Name: "tenant", Algorithm: floodgate.TokenBucket, Limit: 2000, Window: time.Second, Key: []string{"tenant"}},
@@ -150,13 +150,14 @@ func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 		{Name: "ledger", Algorithm: floodgate.FixedWindow, Limit: 1e9, Window: time.Hour, Key: []string{"user"}},
 	}
 	var err error
-	if m.rate, err = floodgate.New(rateName, st, rules, opts); err != nil {
+	guardedStore := func() store.Store { return guarded(t, st, migrationDeadline, store.BreakerOptions{}) }
+	if m.rate, err = floodgate.New(rateName, guardedStore(), rules, opts); err != nil {
 		t.Fatal(err)
 	}
-	if m.still, err = floodgate.New(stillName, st, rules, opts); err != nil {
+	if m.still, err = floodgate.New(stillName, guardedStore(), rules, opts); err != nil {
 		t.Fatal(err)
 	}
-	if m.conc, err = floodgate.New(concName, st, []floodgate.Rule{
+	if m.conc, err = floodgate.New(concName, guardedStore(), []floodgate.Rule{
 		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 3, Window: time.Minute, Key: []string{"user"}},
 	}, opts); err != nil {
 		t.Fatal(err)

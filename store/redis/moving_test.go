@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // TestClusterReleaseOnMigratingSlot releases the last lease of a
@@ -22,9 +23,9 @@ func TestClusterReleaseOnMigratingSlot(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	owners := slotOwners(t, cl.Nodes[0])
 	st := serverStore(t, cl.Addrs(), true, nil)
-	lim, err := floodgate.New("rel", st, []floodgate.Rule{
+	lim, err := floodgate.New("rel", guarded(t, st, time.Second, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 2, Window: time.Minute, Key: []string{"user"}},
-	}, &floodgate.Options{Timeout: time.Second, FailurePolicy: floodgate.FailClosed})
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,14 +69,14 @@ func TestClusterRefundOnMigratingSlot(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	owners := slotOwners(t, cl.Nodes[0])
 	st := serverStore(t, cl.Addrs(), true, nil)
-	opts := &floodgate.Options{Timeout: time.Second, FailurePolicy: floodgate.FailClosed}
-	rate, err := floodgate.New("ref", st, []floodgate.Rule{
+	opts := &floodgate.Options{FailurePolicy: floodgate.FailClosed}
+	rate, err := floodgate.New("ref", guarded(t, st, time.Second, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Hour, Key: []string{"user"}},
 	}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conc, err := floodgate.New("lease", st, []floodgate.Rule{
+	conc, err := floodgate.New("lease", guarded(t, st, time.Second, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"user"}},
 	}, opts)
 	if err != nil {
@@ -137,9 +138,9 @@ func TestLoadingNodeIsWaitedFor(t *testing.T) {
 	srv := redistest.Start(t, "--enable-debug-command", "yes",
 		"--key-load-delay", "500", "--loading-process-events-interval-bytes", "1024")
 	st := serverStore(t, []string{srv.Addr}, false, nil)
-	lim, err := floodgate.New("load", st, []floodgate.Rule{
+	lim, err := floodgate.New("load", guarded(t, st, 10*time.Second, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Hour},
-	}, &floodgate.Options{Timeout: 10 * time.Second, FailurePolicy: floodgate.FailClosed})
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,9 +65,9 @@ func plannedFailover(t *testing.T, args []string, noPause bool) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	lim, err := floodgate.New("planned", s, []floodgate.Rule{
+	lim, err := floodgate.New("planned", guarded(t, s, time.Second, store.BreakerOptions{}), []floodgate.Rule{
 		{Name: "ledger", Algorithm: floodgate.FixedWindow, Limit: 1e9, Window: time.Hour, Key: []string{"user"}},
-	}, &floodgate.Options{Timeout: time.Second, FailurePolicy: floodgate.FailClosed, Logger: slog.New(slog.DiscardHandler)})
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@
 // admitting 1/n of a limit admit together about what Redis would have.
 //
 //	fallback, _ := share.New(memory.New(nil), 4)
-//	lim, _ := floodgate.New("api", redisStore, rules, &floodgate.Options{Fallback: fallback})
+//	guarded, _ := guard.New(redisStore, &guard.Options{Fallback: fallback})
+//	lim, _ := floodgate.New("api", guarded, rules, nil)
 //
-// The limiter's circuit breaker decides when the shared store is down and
+// The guard's circuit breaker decides when the shared store is down and
 // when it is back; the fallback only answers in the meantime. When the
-// shared store answers again, the limiter records into it what its
-// fallback admitted (see floodgate.Options.Fallback), so the instances'
-// local admissions count in the store's window too.
+// shared store answers again, the guard records into it what its fallback
+// admitted (see store/guard), so the instances' local admissions count in
+// the store's window too.
 package share
 
 import (
@@ -68,9 +69,3 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 // Unwrap returns the store s decorates, so that what it offers beyond
 // store.Store (a Redis store's Ping) can be found.
 func (s *Store) Unwrap() store.Store { return s.inner }
-
-// InProcess reports what the inner store reports (see store.InProcess).
-func (s *Store) InProcess() bool {
-	ip, ok := s.inner.(store.InProcess)
-	return ok && ip.InProcess()
-}

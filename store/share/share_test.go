@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/share"
 )
@@ -85,9 +86,13 @@ func TestLimiterFallsBack(t *testing.T) {
 	mem := memory.New(&memory.Options{SweepInterval: -1})
 	defer mem.Close()
 	fb, _ := share.New(mem, 2)
-	l, err := floodgate.New("api", errStore{}, []floodgate.Rule{
+	guarded, err := guard.New(errStore{}, &guard.Options{Fallback: fb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New("api", guarded, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 6, Window: time.Minute, Key: []string{"user"}},
-	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed, Fallback: fb,
+	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed,
 		Clock: floodgate.NewManualClock(time.Unix(1_700_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +121,14 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	l, err := floodgate.New("api", errStore{}, []floodgate.Rule{
+	redisStore := errStore{} // a Redis store that cannot answer
+	guarded, err := guard.New(redisStore, &guard.Options{Fallback: fallback})
+	if err != nil {
+		panic(err)
+	}
+	l, err := floodgate.New("api", guarded, []floodgate.Rule{
 		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 8, Window: time.Minute, Key: []string{"user"}},
-	}, &floodgate.Options{Fallback: fallback})
+	}, nil)
 	if err != nil {
 		panic(err)
 	}

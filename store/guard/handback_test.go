@@ -1,4 +1,4 @@
-package floodgate_test
+package guard_test
 
 import (
 	"context"
@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/faulty"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
 	"github.com/floodgate-go/floodgate/store/share"
@@ -29,10 +31,16 @@ func shareFallback(t testing.TB, instances int) store.Store {
 	return fb
 }
 
+// instance is a limiter and the guard of its store.
+type instance struct {
+	*floodgate.Limiter
+	g *guard.Store
+}
+
 // waitRemaining peeks at alice's units left on every instance in turn
 // (each instance's breaker probes, and hands back, on its own traffic)
 // until the first, its breaker closed, says want, for up to 3 s.
-func waitRemaining(t *testing.T, want int64, instances ...*floodgate.Limiter) {
+func waitRemaining(t *testing.T, want int64, instances ...instance) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
@@ -44,18 +52,18 @@ func waitRemaining(t *testing.T, want int64, instances ...*floodgate.Limiter) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Breaker() == store.BreakerClosed && o.Reason != floodgate.ReasonStore && o.Remaining == want {
+		if l.g.State() == store.BreakerClosed && o.Reason != floodgate.ReasonStore && o.Remaining == want {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("alice has %d left (reason %v, breaker %v), want %d (the store has not counted what the fallback admitted in its window)",
-				o.Remaining, o.Reason, l.Breaker(), want)
+				o.Remaining, o.Reason, l.g.State(), want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
-func admit(l *floodgate.Limiter, n int) (admitted int) {
+func admit(l instance, n int) (admitted int) {
 	for range n {
 		if l.Allow(context.Background(), user("alice")).Allowed {
 			admitted++
@@ -66,16 +74,20 @@ func admit(l *floodgate.Limiter, n int) (admitted int) {
 
 // handbackLimiter is a limiter of 100 a minute per user over st, with a
 // fallback holding a quarter of it, its clock at epoch.
-func handbackLimiter(t *testing.T, st store.Store) (*floodgate.Limiter, *floodgate.ManualClock) {
+func handbackLimiter(t *testing.T, st store.Store) (instance, *floodgate.ManualClock) {
 	t.Helper()
 	clock := floodgate.NewManualClock(epoch)
-	l, err := floodgate.New("remote", st, []floodgate.Rule{
-		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute, Key: []string{"user"}},
-	}, &floodgate.Options{Clock: clock, Fallback: shareFallback(t, 4), Logger: slog.New(slog.DiscardHandler)})
+	g, err := guard.New(st, &guard.Options{Clock: clock, Fallback: shareFallback(t, 4), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, clock
+	l, err := floodgate.New("remote", g, []floodgate.Rule{
+		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute, Key: []string{"user"}},
+	}, &floodgate.Options{Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return instance{l, g}, clock
 }
 
 // TestFallbackHandsBack: what the fallback admitted while the store could
@@ -83,16 +95,16 @@ func handbackLimiter(t *testing.T, st store.Store) (*floodgate.Limiter, *floodga
 // store's window counts it: 40 admitted by the store, 25 (the instance's
 // share of 100) by the fallback, and the store then has 35 left, not 60.
 func TestFallbackHandsBack(t *testing.T) {
-	st := newFaultyStore(t, healthy)
+	st := faulty.New(t, faulty.Healthy)
 	l, clock := handbackLimiter(t, st)
 	if got := admit(l, 40); got != 40 {
 		t.Fatalf("the store admitted %d of 40", got)
 	}
-	st.set(failing)
+	st.Set(faulty.Failing)
 	if got := admit(l, 30); got != 25 {
 		t.Fatalf("the fallback admitted %d of 30, want its share, 25", got)
 	}
-	st.set(healthy)
+	st.Set(faulty.Healthy)
 	clock.Advance(time.Second) // past the breaker's cooldown: the next call probes
 	waitRemaining(t, 100-40-25, l)
 	if got := admit(l, 50); got != 35 {
@@ -105,7 +117,7 @@ func TestFallbackHandsBack(t *testing.T) {
 // of 10 units in the fallback's first minute and 5 in its second, the
 // store learns 5; a minute later, nothing.
 func TestFallbackHandsBackOnlyItsWindow(t *testing.T) {
-	st := newFaultyStore(t, failing)
+	st := faulty.New(t, faulty.Failing)
 	l, clock := handbackLimiter(t, st)
 	if got := admit(l, 10); got != 10 {
 		t.Fatalf("the fallback admitted %d of 10", got)
@@ -114,14 +126,14 @@ func TestFallbackHandsBackOnlyItsWindow(t *testing.T) {
 	if got := admit(l, 5); got != 5 {
 		t.Fatalf("the fallback admitted %d of 5 in its next minute", got)
 	}
-	st.set(healthy)
+	st.Set(faulty.Healthy)
 	clock.Advance(time.Second) // past the breaker's cooldown
 	waitRemaining(t, 95, l)
 
-	st.set(failing)
+	st.Set(faulty.Failing)
 	clock.Advance(2 * time.Minute) // the store's window has ended too
 	admit(l, 10)
-	st.set(healthy)
+	st.Set(faulty.Healthy)
 	clock.Advance(time.Minute + time.Second)
 	waitRemaining(t, 100, l)
 	time.Sleep(50 * time.Millisecond) // a handback would have landed
@@ -138,19 +150,22 @@ func TestFallbackHandsBackOnlyItsWindow(t *testing.T) {
 func TestFallbackHandsBackOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	rule := []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute, Key: []string{"user"}}}
-	var instances [2]*floodgate.Limiter
+	var instances [2]instance
 	for i := range instances {
 		rs, err := redis.New(&redis.Options{URL: "redis://" + srv.Addr})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rs.Close() })
-		instances[i], err = floodgate.New("handback", rs, rule, &floodgate.Options{
-			Timeout: 50 * time.Millisecond, Fallback: shareFallback(t, 2), Logger: slog.New(slog.DiscardHandler),
-		})
+		g, err := guard.New(rs, &guard.Options{Timeout: 50 * time.Millisecond, Fallback: shareFallback(t, 2), Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
+		l, err := floodgate.New("handback", g, rule, &floodgate.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		instances[i] = instance{l, g}
 	}
 	total := admit(instances[0], 40)
 	if total != 40 {

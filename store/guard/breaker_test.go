@@ -1,4 +1,4 @@
-package floodgate_test
+package guard_test
 
 import (
 	"context"
@@ -12,32 +12,30 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/faulty"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
 func TestBreakerOpensAndRecovers(t *testing.T) {
 	const cooldown = 10 * time.Second
 	ctx := context.Background()
-	st := newFaultyStore(t, failing)
+	st := faulty.New(t, faulty.Failing)
 	var logs syncbuf.Buffer
-	l, clock := remoteLimiter(t, st, floodgate.Options{
-		FailurePolicy: floodgate.FailClosed,
-		Breaker:       store.BreakerOptions{Failures: 3, Cooldown: cooldown},
-		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
-	})
+	l, g, clock := guardedLimiter(t, st, floodgate.Options{FailurePolicy: floodgate.FailClosed, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, guard.Options{Breaker: store.BreakerOptions{Failures: 3, Cooldown: cooldown}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 
 	for i := range 3 {
-		if got := l.Breaker(); got != store.BreakerClosed {
+		if got := g.State(); got != store.BreakerClosed {
 			t.Fatalf("breaker %v after %d failures, want closed", got, i)
 		}
 		d := l.Allow(ctx, user("alice"))
-		if d.Allowed || !errors.Is(d.Err, errStoreDown) {
+		if d.Allowed || !errors.Is(d.Err, faulty.ErrDown) {
 			t.Fatalf("failure %d: Allowed=%v Err=%v, want a fail-closed store error", i+1, d.Allowed, d.Err)
 		}
 	}
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after 3 consecutive failures, want open", got)
 	}
 
@@ -48,7 +46,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("with the breaker open: Allowed=%v Reason=%v Err=%v, want denied, store, ErrBreakerOpen", d.Allowed, d.Reason, d.Err)
 		}
 	}
-	if got := st.calls.Load(); got != 3 {
+	if got := st.Calls(); got != 3 {
 		t.Errorf("store called %d times, want 3 (none while open)", got)
 	}
 	// A fail-closed answer says when the breaker will let a probe through.
@@ -58,12 +56,12 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	}
 
 	// The store recovers, but the breaker holds until the cooldown ends.
-	st.set(healthy)
+	st.Set(faulty.Healthy)
 	clock.Advance(6*time.Second - time.Microsecond)
 	if d := l.Allow(ctx, user("alice")); !errors.Is(d.Err, store.ErrBreakerOpen) {
 		t.Errorf("1µs before the cooldown ends: Err=%v, want ErrBreakerOpen", d.Err)
 	}
-	if got := st.calls.Load(); got != 3 {
+	if got := st.Calls(); got != 3 {
 		t.Errorf("store called %d times before the cooldown ended, want 3", got)
 	}
 
@@ -74,7 +72,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	if !d.Allowed || d.Reason != floodgate.ReasonNone || d.Err != nil || d.Remaining != 9 {
 		t.Errorf("probe decision: %+v, want admitted by the rules with 9 left", d)
 	}
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Errorf("breaker %v after a successful probe, want closed", got)
 	}
 	for _, want := range []string{"store circuit breaker opened", "store circuit breaker closed"} {
@@ -85,7 +83,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	for range 5 {
 		l.Allow(ctx, user("alice"))
 	}
-	if got := st.calls.Load(); got != 3+1+5 {
+	if got := st.Calls(); got != 3+1+5 {
 		t.Errorf("store called %d times, want %d (every decision once closed)", got, 3+1+5)
 	}
 }
@@ -93,37 +91,35 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 func TestBreakerFailedProbeReopens(t *testing.T) {
 	const cooldown = 2 * time.Second
 	ctx := context.Background()
-	st := newFaultyStore(t, failing)
-	l, clock := remoteLimiter(t, st, floodgate.Options{
-		Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown},
-	})
-	if d := l.Allow(ctx, user("alice")); !d.Allowed || !errors.Is(d.Err, errStoreDown) {
+	st := faulty.New(t, faulty.Failing)
+	l, g, clock := guardedLimiter(t, st, floodgate.Options{}, guard.Options{Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown}})
+	if d := l.Allow(ctx, user("alice")); !d.Allowed || !errors.Is(d.Err, faulty.ErrDown) {
 		t.Fatalf("first failure: Allowed=%v Err=%v, want fail-open with the store error", d.Allowed, d.Err)
 	}
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	clock.Advance(cooldown)
 	l.Allow(ctx, user("alice")) // the probe, which fails
-	if got := st.calls.Load(); got != 2 {
+	if got := st.Calls(); got != 2 {
 		t.Fatalf("store called %d times, want 2 (one failure, one probe)", got)
 	}
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after a failed probe, want open again", got)
 	}
 	// Twice the cooldown from the failed probe: probes come at growing
 	// intervals while the store stays down.
 	clock.Advance(2*cooldown - time.Microsecond)
 	l.Allow(ctx, user("alice"))
-	if got := st.calls.Load(); got != 2 {
+	if got := st.Calls(); got != 2 {
 		t.Errorf("store called %d times within the second, doubled, cooldown, want 2", got)
 	}
-	st.set(healthy)
+	st.Set(faulty.Healthy)
 	clock.Advance(time.Microsecond)
 	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonNone {
 		t.Errorf("second probe: Reason=%v Err=%v, want decided by the rules", d.Reason, d.Err)
 	}
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Errorf("breaker %v after a successful probe, want closed", got)
 	}
 }
@@ -134,50 +130,48 @@ func TestBreakerFailedProbeReopens(t *testing.T) {
 // holds Failures of them; failures older than the window are forgotten.
 func TestBreakerJudgesTheShareOfFailures(t *testing.T) {
 	ctx := context.Background()
-	st := newFaultyStore(t, healthy)
-	l, clock := remoteLimiter(t, st, floodgate.Options{
-		Breaker: store.BreakerOptions{Failures: 3, Window: time.Second, Cooldown: time.Second},
-	})
+	st := faulty.New(t, faulty.Healthy)
+	l, g, clock := guardedLimiter(t, st, floodgate.Options{}, guard.Options{Breaker: store.BreakerOptions{Failures: 3, Window: time.Second, Cooldown: time.Second}})
 	// A slow moment: 40 failures among 60 successes in one second, never
 	// half of the calls so far.
 	for i := range 100 {
-		st.set(healthy)
+		st.Set(faulty.Healthy)
 		if i%5 == 2 || i%5 == 3 {
-			st.set(failing)
+			st.Set(faulty.Failing)
 		}
 		l.Allow(ctx, user("alice"))
 		clock.Advance(10 * time.Millisecond)
 	}
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Fatalf("breaker %v after 40%% of a second's calls failed, want closed", got)
 	}
 	// Two failures and a second's quiet: not enough, and then forgotten.
-	st.set(failing)
+	st.Set(faulty.Failing)
 	l.Allow(ctx, user("alice"))
 	l.Allow(ctx, user("alice"))
 	clock.Advance(1100 * time.Millisecond)
 	l.Allow(ctx, user("alice"))
 	l.Allow(ctx, user("alice"))
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Fatalf("breaker %v after 2 failures, a quiet second and 2 more, want closed", got)
 	}
 	// The outage goes on: the third failure in the window opens it.
 	l.Allow(ctx, user("alice"))
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Errorf("breaker %v after 3 failures of 3 calls, want open", got)
 	}
 }
 
 func TestBreakerDisabled(t *testing.T) {
-	st := newFaultyStore(t, failing)
-	l, _ := remoteLimiter(t, st, floodgate.Options{Breaker: store.BreakerOptions{Failures: -1}})
+	st := faulty.New(t, faulty.Failing)
+	l, g, _ := guardedLimiter(t, st, floodgate.Options{}, guard.Options{Breaker: store.BreakerOptions{Failures: -1}})
 	for range 50 {
 		l.Allow(context.Background(), user("alice"))
 	}
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Errorf("disabled breaker is %v, want closed", got)
 	}
-	if got := st.calls.Load(); got != 50 {
+	if got := st.Calls(); got != 50 {
 		t.Errorf("store called %d times, want 50", got)
 	}
 }
@@ -194,17 +188,14 @@ func TestBreakerStateNames(t *testing.T) {
 
 func TestBreakerLetsOneProbeThrough(t *testing.T) {
 	const cooldown = time.Second
-	st := newFaultyStore(t, failing)
-	l, clock := remoteLimiter(t, st, floodgate.Options{
-		Timeout: 50 * time.Millisecond,
-		Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown},
-	})
+	st := faulty.New(t, faulty.Failing)
+	l, g, clock := guardedLimiter(t, st, floodgate.Options{}, guard.Options{Timeout: 50 * time.Millisecond, Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown}})
 	l.Allow(context.Background(), user("alice"))
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	// The store now hangs, so the probe is in flight while the others ask.
-	st.set(hanging)
+	st.Set(faulty.Hanging)
 	clock.Advance(cooldown)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -221,13 +212,13 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if got := st.calls.Load(); got != 2 {
+	if got := st.Calls(); got != 2 {
 		t.Errorf("store called %d times, want 2 (the first failure and one probe)", got)
 	}
 	if got := breakerAnswers.Load(); got != 31 {
 		t.Errorf("%d decisions answered by the breaker, want 31", got)
 	}
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Errorf("breaker %v after the probe timed out, want open", got)
 	}
 }
@@ -236,30 +227,27 @@ func TestBreakerLetsOneProbeThrough(t *testing.T) {
 // probe again rather than find the breaker stuck half open.
 func TestBreakerCancelledProbeProbesAgain(t *testing.T) {
 	const cooldown = time.Second
-	st := newFaultyStore(t, failing)
-	l, clock := remoteLimiter(t, st, floodgate.Options{
-		FailurePolicy: floodgate.FailClosed,
-		Breaker:       store.BreakerOptions{Failures: 1, Cooldown: cooldown},
-	})
+	st := faulty.New(t, faulty.Failing)
+	l, g, clock := guardedLimiter(t, st, floodgate.Options{FailurePolicy: floodgate.FailClosed}, guard.Options{Breaker: store.BreakerOptions{Failures: 1, Cooldown: cooldown}})
 	l.Allow(context.Background(), user("alice"))
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v, want open", got)
 	}
 	clock.Advance(cooldown)
-	st.set(hanging)
+	st.Set(faulty.Hanging)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if d := l.Allow(ctx, user("alice")); d.Reason != floodgate.ReasonStore {
 		t.Fatalf("cancelled probe: Reason=%v, want store", d.Reason)
 	}
-	if got := st.calls.Load(); got != 2 {
+	if got := st.Calls(); got != 2 {
 		t.Fatalf("store called %d times, want 2 (one failure, one cancelled probe)", got)
 	}
-	st.set(healthy)
+	st.Set(faulty.Healthy)
 	if d := l.Allow(context.Background(), user("alice")); !d.Allowed || d.Reason != floodgate.ReasonNone {
 		t.Fatalf("after the cancelled probe: Allowed=%v Reason=%v Err=%v, want a fresh probe decided by the rules", d.Allowed, d.Reason, d.Err)
 	}
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Errorf("breaker %v, want closed after the fresh probe", got)
 	}
 }
@@ -274,11 +262,11 @@ type partStore struct {
 
 func (s *partStore) Apply(ctx context.Context, b *store.Batch) error {
 	if s.plain.Load() {
-		return errStoreDown
+		return faulty.ErrDown
 	}
 	for i := range b.Ops {
 		if strings.HasPrefix(b.Ops[i].Key, "lost") {
-			return &store.ConfinedError{Part: "node-b", Err: errStoreDown}
+			return &store.ConfinedError{Part: "node-b", Err: faulty.ErrDown}
 		}
 	}
 	return s.inner.Apply(ctx, b)
@@ -291,10 +279,7 @@ func (s *partStore) Apply(ctx context.Context, b *store.Batch) error {
 func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 	st := &partStore{inner: memory.New(&memory.Options{SweepInterval: -1})}
 	defer st.inner.Close()
-	l, clock := remoteLimiter(t, st, floodgate.Options{
-		FailurePolicy: floodgate.FailClosed,
-		Breaker:       store.BreakerOptions{Failures: 3, Cooldown: time.Second},
-	})
+	l, g, clock := guardedLimiter(t, st, floodgate.Options{FailurePolicy: floodgate.FailClosed}, guard.Options{Breaker: store.BreakerOptions{Failures: 3, Cooldown: time.Second}})
 	ctx := context.Background()
 	for i := range 60 {
 		if i%4 == 3 {
@@ -308,7 +293,7 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 		if d.Allowed || d.Reason != floodgate.ReasonStore || !errors.As(d.Err, &ce) || ce.Part != "node-b" {
 			t.Fatalf("decision %d, a key on the lost part: Allowed=%v Reason=%v Err=%v, want the closed policy with the confined error", i, d.Allowed, d.Reason, d.Err)
 		}
-		if got := l.Breaker(); got != store.BreakerClosed {
+		if got := g.State(); got != store.BreakerClosed {
 			t.Fatalf("breaker %v after %d decisions, three in four on the lost part", got, i+1)
 		}
 	}
@@ -321,7 +306,7 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 	for range 3 {
 		l.Allow(ctx, user("healthy"))
 	}
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after 3 plain failures, want open", got)
 	}
 	st.plain.Store(false)
@@ -329,13 +314,13 @@ func TestConfinedFailuresLeaveTheBreakerClosed(t *testing.T) {
 	if d := l.Allow(ctx, user("lost-probe")); d.Allowed || d.Reason != floodgate.ReasonStore {
 		t.Fatalf("a probe on the lost part: %+v", d)
 	}
-	if got := l.Breaker(); got != store.BreakerOpen {
+	if got := g.State(); got != store.BreakerOpen {
 		t.Fatalf("breaker %v after a probe met a confined failure, want open", got)
 	}
 	if d := l.Allow(ctx, user("healthy-probe")); !d.Allowed || d.Reason != floodgate.ReasonNone {
 		t.Fatalf("the next probe, on a healthy part: %+v, want decided by the rules", d)
 	}
-	if got := l.Breaker(); got != store.BreakerClosed {
+	if got := g.State(); got != store.BreakerClosed {
 		t.Fatalf("breaker %v after a successful probe, want closed", got)
 	}
 }

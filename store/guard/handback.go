@@ -1,4 +1,4 @@
-package floodgate
+package guard
 
 import (
 	"context"
@@ -7,17 +7,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/algo"
 	"github.com/floodgate-go/floodgate/store"
 )
 
-// maxHandback is the most keys a limiter remembers to hand back; the
+// maxHandback is the most keys a Store remembers to hand back; the
 // admissions on further keys are not handed back (and logged).
 const maxHandback = 100_000
 
 // handbackBatch is the most ops one handback Record carries.
 const handbackBatch = 32
 
-// handback remembers what a limiter's fallback charged while the store
+// handback remembers what a Store's fallback charged while the store
 // could not answer, and records it into the store once the store answers
 // again: the store then counts, in its current windows, the units the
 // instance admitted on its own, and a window is not spent twice (once
@@ -49,14 +50,14 @@ type handbackEntry struct {
 	params      store.Params
 	units       int64
 	stamp       int64     // FixedWindow: the fallback's window start (µs)
-	first, last time.Time // the first and last charge counted, by the limiter's clock
+	first, last time.Time // the first and last charge counted, by the batches' clock
 }
 
 // count adds a charge of n at now, stamped by the fallback, first
 // forgetting the charges of a window that has ended.
 func (e *handbackEntry) count(p store.Params, n, stamp int64, now time.Time) {
 	fixed := p.Algorithm == store.FixedWindow
-	if e.units == 0 || fixed && stamp != e.stamp || !fixed && now.Sub(e.first) >= windowOf(p) {
+	if e.units == 0 || fixed && stamp != e.stamp || !fixed && now.Sub(e.first) >= p.Window {
 		e.units, e.stamp, e.first = 0, stamp, now
 	}
 	e.params, e.units, e.last = p, e.units+n, now
@@ -69,19 +70,15 @@ func (e *handbackEntry) current(now time.Time) bool {
 		return false
 	}
 	if e.params.Algorithm == store.FixedWindow {
-		return now.UnixMicro() < e.stamp+windowOf(e.params).Microseconds()
+		_, end := algo.WindowAt(&e.params, e.stamp)
+		return now.UnixMicro() < end
 	}
-	return now.Sub(e.last) < windowOf(e.params)
+	return now.Sub(e.last) < e.params.Window
 }
 
-// note remembers what b charged on the fallback. A nil handback (a
-// limiter without one) remembers nothing.
+// note remembers what b, a decision, charged on the fallback.
 func (h *handback) note(b *store.Batch) {
-	if h == nil {
-		return
-	}
-	charged := b.Mode == store.Record || b.Mode == store.Consume && b.Allowed
-	if !charged && b.Mode != store.Refund {
+	if b.Mode != store.Record && (b.Mode != store.Consume || !b.Allowed) {
 		return
 	}
 	h.mu.Lock()
@@ -96,12 +93,6 @@ func (h *handback) note(b *store.Batch) {
 		}
 		k := handbackKey{op.Scope, op.Key}
 		e := h.entries[k]
-		if b.Mode == store.Refund {
-			if e != nil {
-				e.units = max(0, e.units-b.Cost)
-			}
-			continue
-		}
 		if op.Shadow && !op.Result.Allowed {
 			continue // a shadow rule that would deny is not charged
 		}
@@ -157,22 +148,22 @@ type handbackItem struct {
 }
 
 // handBack starts recording the fallback's charges into the store, unless
-// a flush is already running. The store has just answered l.
-func (l *Limiter) handBack() {
-	if !l.handback.flushing.CompareAndSwap(false, true) {
+// a flush is already running. The store has just answered.
+func (s *Store) handBack() {
+	if !s.handback.flushing.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
-		defer l.handback.flushing.Store(false)
-		l.flushHandback()
+		defer s.handback.flushing.Store(false)
+		s.flushHandback()
 	}()
 }
 
 // flushHandback records every remembered charge still in its window into
 // the store, a batch of equal costs at a time.
-func (l *Limiter) flushHandback() {
-	entries, dropped := l.handback.take()
-	now := l.clock.Now()
+func (s *Store) flushHandback() {
+	entries, dropped := s.handback.take()
+	now := s.clock.Now()
 	items := make([]handbackItem, 0, len(entries))
 	for k, e := range entries {
 		if e.current(now) {
@@ -190,32 +181,20 @@ func (l *Limiter) flushHandback() {
 		for _, it := range items[i:j] {
 			b.Ops = append(b.Ops, store.Op{Scope: it.k.scope, Key: it.k.key, Params: it.e.params})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		err := l.store.Apply(ctx, b)
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		err := s.inner.Apply(ctx, b)
 		cancel()
 		if err != nil {
-			l.handback.putBack(items[i:])
-			l.logger.Warn("floodgate: handing the fallback's admissions back to the store failed; trying again on its next answer",
-				"limiter", l.name, "keys", len(items)-i, "err", err)
+			s.handback.putBack(items[i:])
+			s.logger.Warn("floodgate: handing the fallback's admissions back to the store failed; trying again on its next answer",
+				"store", s.name, "keys", len(items)-i, "err", err)
 			return
 		}
 		units += b.Cost * int64(j-i)
 		i = j
 	}
 	if len(items) > 0 || dropped > 0 {
-		l.logger.Info("floodgate: the fallback's admissions handed back to the store",
-			"limiter", l.name, "keys", len(items), "units", units, "keys_not_kept", dropped)
+		s.logger.Info("floodgate: the fallback's admissions handed back to the store",
+			"store", s.name, "keys", len(items), "units", units, "keys_not_kept", dropped)
 	}
-}
-
-// windowOf is how long a charge under p can still count: the rule's
-// window, or a calendar window's longest (a month).
-func windowOf(p store.Params) time.Duration {
-	switch p.Align {
-	case store.AlignDay:
-		return 25 * time.Hour // a day with a daylight-saving hour
-	case store.AlignMonth:
-		return 31 * 24 * time.Hour
-	}
-	return p.Window
 }

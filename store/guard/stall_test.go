@@ -1,4 +1,4 @@
-package floodgate_test
+package guard_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
+	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/redis"
 )
 
@@ -43,7 +44,7 @@ func drive(l *floodgate.Limiter, callers int, stop <-chan struct{}, after func(f
 }
 
 // TestShortStallIsNoOutage freezes a real Redis (SIGSTOP) for 86 ms
-// under load (64 callers), with the limiter's defaults: the decisions wait
+// under load (64 callers), with the guard's defaults: the decisions wait
 // (the default deadline outlasts the stall) or are decided by policy, the
 // breaker stays closed, and from 200 ms after Redis answers the rules make
 // the decisions again (all but a machine's stray timeouts, under 1%).
@@ -56,7 +57,11 @@ func TestShortStallIsNoOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	l, err := floodgate.New("stall", rs, []floodgate.Rule{
+	g, err := guard.New(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New("stall", g, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1_000_000, Window: time.Minute, Key: []string{"user"}},
 	}, nil)
 	if err != nil {
@@ -68,7 +73,7 @@ func TestShortStallIsNoOutage(t *testing.T) {
 	stop := make(chan struct{})
 	var opened atomic.Bool
 	wg := drive(l, 64, stop, func(d floodgate.Decision) {
-		if l.Breaker() != store.BreakerClosed {
+		if g.State() != store.BreakerClosed {
 			opened.Store(true)
 		}
 		byPolicy := d.Reason == floodgate.ReasonStore
@@ -118,7 +123,11 @@ func TestOutageOpensAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rs.Close()
-	l, err := floodgate.New("outage", rs, []floodgate.Rule{
+	g, err := guard.New(rs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New("outage", g, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1_000_000, Window: time.Minute, Key: []string{"user"}},
 	}, nil)
 	if err != nil {
@@ -138,16 +147,16 @@ func TestOutageOpensAndRecovers(t *testing.T) {
 	srv.Pause()
 	opened := false
 	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		opened = opened || l.Breaker() != store.BreakerClosed
+		opened = opened || g.State() != store.BreakerClosed
 	}
 	srv.Resume()
 	if !opened {
 		t.Fatal("the breaker did not open in 1.5 s of outage")
 	}
 	back := time.Now()
-	for l.Breaker() != store.BreakerClosed {
+	for g.State() != store.BreakerClosed {
 		if time.Since(back) > 1500*time.Millisecond {
-			t.Fatalf("breaker still %v 1.5 s after Redis answered again (the longest cooldown is 1 s)", l.Breaker())
+			t.Fatalf("breaker still %v 1.5 s after Redis answered again (the longest cooldown is 1 s)", g.State())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
