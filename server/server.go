@@ -143,10 +143,10 @@ type Server struct {
 	// envoyChains are the Envoy domains' stores, by policy (stores.go).
 	envoyChains   map[policy]*chain
 	envoyChainsMu sync.Mutex
-	secret    []byte
-	refunded  refunded
-	draining  atomic.Bool // Close's drain period: answers close their connection
-	reloadMu  sync.Mutex
+	secret        []byte
+	refunded      refunded
+	draining      atomic.Bool // Close's drain period: answers close their connection
+	reloadMu      sync.Mutex
 
 	httpLn, grpcLn net.Listener
 	httpSrv        *http.Server
