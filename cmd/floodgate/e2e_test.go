@@ -698,8 +698,13 @@ limiters:
 
 func TestHelp(t *testing.T) {
 	out, err := exec.Command(binary, "--help").CombinedOutput()
-	if exitCode(err) != 0 || !strings.Contains(string(out), "serve      run the decision service") {
+	if exitCode(err) != 0 || !strings.Contains(string(out), "serve      run the decision service") ||
+		!strings.Contains(string(out), "ratelimit  act as Envoy's reference rate limit service, configured by its environment variables") {
 		t.Errorf("--help: %v\n%s", err, out)
+	}
+	// Help speaks of what a command does, never of the program's sources.
+	if f := regexp.MustCompile(`\w+\.go\b`).FindString(string(out)); f != "" {
+		t.Errorf("--help names a source file, %s:\n%s", f, out)
 	}
 	for _, cmd := range []string{"serve", "validate", "check", "load"} {
 		out, err := exec.Command(binary, cmd, "--help").CombinedOutput()

@@ -62,7 +62,7 @@ var commands = []command{
 	{"validate", "check configuration files and report every error", (*Main).validate},
 	{"check", "ask a running service for one decision", (*Main).check},
 	{"load", "generate load against a running service and measure it", (*Main).load},
-	{"ratelimit", "run as Envoy's reference rate limit service, configured by its environment (ratelimit.go)", (*Main).ratelimit},
+	{"ratelimit", "act as Envoy's reference rate limit service, configured by its environment variables", (*Main).ratelimit},
 	{"version", "print the version, VCS revision and Go version", (*Main).version},
 }
 
