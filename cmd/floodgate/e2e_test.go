@@ -654,9 +654,24 @@ func TestValidateCommand(t *testing.T) {
 	if code := exitCode(err); code != 1 || string(out) != want {
 		t.Errorf("validate good bad: exit %d\n%s\nwant exit 1\n%s", code, out, want)
 	}
-	out, err = exec.Command(binary, "validate").CombinedOutput()
-	if code := exitCode(err); code != 2 {
-		t.Errorf("validate with no files: exit %d\n%s", code, out)
+	// With no file, validate checks what serve would start with:
+	// ./floodgate.yaml, else the built-in sample.
+	validateHere := func() (string, int) {
+		cmd := exec.Command(binary, "validate")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	if out, code := validateHere(); code != 0 || out != "built-in sample floodgate.yaml: ok (6 limiters, memory store); there is no ./floodgate.yaml, so floodgate serve starts with it\n" {
+		t.Errorf("validate with no file and no ./floodgate.yaml: exit %d\n%s", code, out)
+	}
+	write(t, filepath.Join(dir, "floodgate.yaml"), e2eConfig)
+	if out, code := validateHere(); code != 0 || out != "floodgate.yaml: ok (2 limiters, memory store)\n" {
+		t.Errorf("validate with no file and a good ./floodgate.yaml: exit %d\n%s", code, out)
+	}
+	write(t, filepath.Join(dir, "floodgate.yaml"), e2eConfig+"bogus: 1\n")
+	if out, code := validateHere(); code != 1 || !strings.Contains(out, "floodgate.yaml:") || !strings.Contains(out, ": bogus: unknown field") {
+		t.Errorf("validate with no file and a bad ./floodgate.yaml: exit %d\n%s\nwant exit 1 and floodgate.yaml:…: bogus: unknown field", code, out)
 	}
 	out, err = exec.Command(binary, "validate", filepath.Join(dir, "absent.yaml")).CombinedOutput()
 	if code := exitCode(err); code != 1 || !strings.Contains(string(out), "no such file") {

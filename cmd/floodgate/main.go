@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	_ "time/tzdata" // calendar windows in any time zone, on any machine
@@ -27,6 +28,25 @@ func run() int {
 //
 //go:embed floodgate.yaml
 var sampleConfig []byte
+
+// defaultConfigFile is the configuration file serve reads and validate
+// checks when none is named; sampleName names sampleConfig in messages.
+const (
+	defaultConfigFile = "floodgate.yaml"
+	sampleName        = "built-in sample floodgate.yaml"
+)
+
+// configFile returns the configuration file to read: named, else
+// ./floodgate.yaml, else "" when there is none (the built-in sample).
+func configFile(named string) string {
+	if named != "" {
+		return named
+	}
+	if _, err := os.Stat(defaultConfigFile); errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	return defaultConfigFile // any other error: reading it reports it
+}
 
 // Exit codes.
 const (

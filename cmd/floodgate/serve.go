@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -129,14 +128,10 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // path to watch ("" for the built-in sample). With Envoy domains (envoy),
 // a configuration that names only the store is valid.
 func loadConfig(path string, envoy bool, logger *slog.Logger) (*config.Config, string, error) {
-	if path == "" {
-		if _, err := os.Stat("floodgate.yaml"); err == nil {
-			path = "floodgate.yaml"
-		} else if errors.Is(err, fs.ErrNotExist) {
-			logger.Info("no --config and no ./floodgate.yaml: serving the built-in sample configuration")
-			c, err := config.Parse("built-in sample floodgate.yaml", sampleConfig)
-			return c, "", err
-		}
+	if path = configFile(path); path == "" {
+		logger.Info("no --config and no ./" + defaultConfigFile + ": serving the built-in sample configuration")
+		c, err := config.Parse(sampleName, sampleConfig)
+		return c, "", err
 	}
 	c, err := config.LoadWith(path, config.Options{EnvoyDomains: envoy})
 	return c, path, err
