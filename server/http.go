@@ -20,33 +20,64 @@ type route struct {
 	path    string
 	method  string // GET routes answer HEAD too
 	name    string // the handler label of the HTTP metrics
+	access  access
 	handler func(http.ResponseWriter, *http.Request) *httpError
+}
+
+// access says who may call a route.
+type access uint8
+
+const (
+	public    access = iota
+	admin            // with the admin bearer token
+	adminPage        // with the admin token, as a bearer token or a browser's basic password
+)
+
+// routes lists the HTTP API; metrics serves /metrics.
+func (s *Server) routes(metrics http.Handler) []route {
+	return []route{
+		{"/v1/check", http.MethodPost, "check", public, s.handleCheck},
+		{"/v1/record", http.MethodPost, "record", public, s.handleRecord},
+		{"/v1/select", http.MethodPost, "select", public, s.handleSelect},
+		{"/v1/refund", http.MethodPost, "refund", public, s.handleRefund},
+		{"/v1/reset", http.MethodPost, "reset", admin, s.handleReset},
+		{"/v1/limiters", http.MethodGet, "limiters", public, s.handleLimiters},
+		{"/v1/top", http.MethodGet, "top", admin, s.handleTop},
+		{statusPath, http.MethodGet, "status", adminPage, s.handleStatusPage},
+		{"/healthz", http.MethodGet, "healthz", public, s.handleHealthz},
+		{"/readyz", http.MethodGet, "readyz", public, s.handleReadyz},
+		{"/healthcheck", http.MethodGet, "healthcheck", public, s.handleHealthcheck}, // the reference service's (reference.go)
+		{"/json", http.MethodPost, "json", public, s.handleJSON},
+		{"/metrics", http.MethodGet, "metrics", public, func(w http.ResponseWriter, r *http.Request) *httpError {
+			metrics.ServeHTTP(w, r)
+			return nil
+		}},
+	}
+}
+
+// AdminEndpoints lists the endpoints that need the admin token, such as
+// "POST /v1/reset": all of them are off while AdminToken is empty.
+func (s *Server) AdminEndpoints() []string {
+	var out []string
+	for _, rt := range s.routes(nil) {
+		if rt.access != public {
+			out = append(out, rt.method+" "+rt.path)
+		}
+	}
+	return out
 }
 
 // Handler returns the HTTP API. It is valid after Open (tests may serve it
 // with httptest).
 func (s *Server) Handler() http.Handler {
-	metricsHandler := promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})
-	routes := []route{
-		{"/v1/check", http.MethodPost, "check", s.handleCheck},
-		{"/v1/record", http.MethodPost, "record", s.handleRecord},
-		{"/v1/select", http.MethodPost, "select", s.handleSelect},
-		{"/v1/refund", http.MethodPost, "refund", s.handleRefund},
-		{"/v1/reset", http.MethodPost, "reset", s.admin(s.handleReset)},
-		{"/v1/limiters", http.MethodGet, "limiters", s.handleLimiters},
-		{"/v1/top", http.MethodGet, "top", s.admin(s.handleTop)},
-		{statusPath, http.MethodGet, "status", s.adminPage(s.handleStatusPage)},
-		{"/healthz", http.MethodGet, "healthz", s.handleHealthz},
-		{"/readyz", http.MethodGet, "readyz", s.handleReadyz},
-		{"/healthcheck", http.MethodGet, "healthcheck", s.handleHealthcheck}, // the reference service's (reference.go)
-		{"/json", http.MethodPost, "json", s.handleJSON},
-		{"/metrics", http.MethodGet, "metrics", func(w http.ResponseWriter, r *http.Request) *httpError {
-			metricsHandler.ServeHTTP(w, r)
-			return nil
-		}},
-	}
 	mux := http.NewServeMux()
-	for _, rt := range routes {
+	for _, rt := range s.routes(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})) {
+		switch rt.access {
+		case admin:
+			rt.handler = s.admin(rt.handler)
+		case adminPage:
+			rt.handler = s.adminPage(rt.handler)
+		}
 		mux.Handle(rt.path, s.instrumented(rt.name, rt))
 	}
 	mux.Handle("/", s.instrumented("other", route{handler: func(w http.ResponseWriter, r *http.Request) *httpError {
@@ -312,12 +343,12 @@ func (s *Server) isAdmin(r *http.Request) bool {
 	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
-// admin guards h with the admin bearer token.
+// admin guards h with the admin bearer token. Its refusals say why: no
+// token is configured (403), or the request's is missing or wrong (401).
 func (s *Server) admin(h func(http.ResponseWriter, *http.Request) *httpError) func(http.ResponseWriter, *http.Request) *httpError {
 	return func(w http.ResponseWriter, r *http.Request) *httpError {
 		if s.AdminToken == "" {
-			return &httpError{status: http.StatusForbidden, kind: kindAdminDisabled,
-				detail: "admin endpoints are disabled: start the service with --admin-token or FLOODGATE_ADMIN_TOKEN"}
+			return adminDisabled()
 		}
 		auth := r.Header.Get("Authorization")
 		if !s.isAdmin(r) {
@@ -330,4 +361,11 @@ func (s *Server) admin(h func(http.ResponseWriter, *http.Request) *httpError) fu
 		}
 		return h(w, r)
 	}
+}
+
+// adminDisabled is the refusal of an admin endpoint while no admin token
+// is configured.
+func adminDisabled() *httpError {
+	return &httpError{status: http.StatusForbidden, kind: kindAdminDisabled,
+		detail: "admin endpoints are disabled: no admin token is configured; start the service with --admin-token or FLOODGATE_ADMIN_TOKEN"}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/server"
 )
 
 // binary is the floodgate program built once for the end-to-end tests.
@@ -605,6 +606,14 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if !s.logged("no --config and no ./floodgate.yaml: serving the built-in sample configuration") {
 		t.Error("the fallback to the sample is not logged")
+	}
+	// Without a token, the start-up line names every admin endpoint.
+	off := "no admin token set: admin endpoints (POST /v1/reset, GET /v1/top, GET /status/) are disabled; set --admin-token or FLOODGATE_ADMIN_TOKEN"
+	if got := strings.Join((&server.Server{}).AdminEndpoints(), ", "); !strings.Contains(off, "("+got+")") {
+		t.Errorf("the server's admin endpoints are %s; the test expects the line %q", got, off)
+	}
+	if !s.logged(off) {
+		t.Errorf("no line %q:\n%s", off, s.logText())
 	}
 	if err := s.stop(); err != nil {
 		t.Errorf("exit: %v", err)

@@ -178,7 +178,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		logger.Info("no ticket secret set: tickets refund only on this instance; set FLOODGATE_TICKET_SECRET on every instance sharing a store")
 	}
 	if adminToken == "" {
-		logger.Info("no admin token set: admin endpoints (POST /v1/reset) are disabled")
+		logger.Info(adminOff(srv, "--admin-token or FLOODGATE_ADMIN_TOKEN"))
 	}
 
 	sigs := make(chan os.Signal, 4)
@@ -410,4 +410,10 @@ func removeAfter(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// adminOff is the start-up line of a service without an admin token: it
+// names every admin endpoint, and how to turn them on.
+func adminOff(srv *server.Server, how string) string {
+	return "no admin token set: admin endpoints (" + strings.Join(srv.AdminEndpoints(), ", ") + ") are disabled; set " + how
 }
