@@ -53,6 +53,7 @@ type state struct {
 	opts     Options
 	clock    floodgate.Clock               // opts.Limiter.Clock, or the system clock
 	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
+	written  map[string]map[string]string  // by limiter name: each rule's name as written
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*floodgate.Limiter // built on demand; see override
@@ -89,11 +90,13 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 	if opts == nil {
 		opts = &s.cur.Load().opts
 	}
-	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
+	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains)),
+		written: make(map[string]map[string]string, len(cfg.domains))}
 	if st.clock == nil {
 		st.clock = floodgate.SystemClock{}
 	}
 	for name, d := range cfg.domains {
+		st.written[limiterName(name)] = d.written
 		if len(d.leaves) == 0 {
 			continue
 		}
@@ -126,6 +129,18 @@ func (s *Service) Config() *Config { return s.cur.Load().cfg }
 // Limiter returns the limiter that serves domain, or nil when the domain
 // is not configured or has no finite limits.
 func (s *Service) Limiter(domain string) *floodgate.Limiter { return s.cur.Load().limiters[domain] }
+
+// RuleName returns the name operators read for the rule named rule of the
+// Service's limiter named limiter: a domain's limit is a rule whose name has
+// its descriptor path's characters other than letters, digits, '.' and '_'
+// escaped (path_-2fapi-2f-2a), as names must be, and is read as written
+// (path_/api/*). Any other name is returned as it is.
+func (s *Service) RuleName(limiter, rule string) string {
+	if w, ok := s.cur.Load().written[limiter][rule]; ok {
+		return w
+	}
+	return rule
+}
 
 // Limits is one limiter of a Service as operators see it: a domain's, or
 // one made for limit overrides in requests to the domain.
