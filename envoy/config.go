@@ -231,9 +231,10 @@ func (n *node) hasChildren() bool {
 
 // leaf is one rate_limit block.
 type leaf struct {
-	path      string // the descriptor path, as the reference names it: key_value.key
-	rule      string // the floodgate rule name
-	field     string // where the rate_limit block is, e.g. descriptors[0].rate_limit
+	path      string   // the descriptor path, as the reference names it: key_value.key
+	keys      []string // the descriptor's entry keys, in order
+	rule      string   // the floodgate rule name
+	field     string   // where the rate_limit block is, e.g. descriptors[0].rate_limit
 	line, col int
 	unlimited bool
 	shadow    bool
@@ -265,8 +266,10 @@ type domain struct {
 	leaves []*leaf // rules only, in rule order
 	zeros  []*leaf // limits of 0 requests per unit, refused without a rule
 	// written maps each rule name (of leaves and zeros) to the name
-	// operators read: the descriptor path as written.
+	// operators read: the descriptor path as written; keys to the
+	// descriptor's entry keys.
 	written map[string]string
+	keys    map[string][]string
 }
 
 func newDomain(f *File) (*domain, error) {
@@ -289,7 +292,7 @@ func newDomain(f *File) (*domain, error) {
 	// Operators read each limit under its path as written (path_/api/*);
 	// two limits of one path are told apart the same way.
 	names, shown := map[string]bool{}, map[string]bool{}
-	d.written = map[string]string{}
+	d.written, d.keys = map[string]string{}, map[string][]string{}
 	for _, l := range append(append([]*leaf{}, d.leaves...), d.zeros...) {
 		for i := 1; names[l.rule]; i++ {
 			l.rule = fmt.Sprintf("%s-g%d", encodeName(l.path), i)
@@ -300,7 +303,7 @@ func newDomain(f *File) (*domain, error) {
 			w = fmt.Sprintf("%s-g%d", l.path, i)
 		}
 		shown[w] = true
-		d.written[l.rule] = w
+		d.written[l.rule], d.keys[l.rule] = w, l.keys
 	}
 	if len(d.leaves) == 0 {
 		return d, nil

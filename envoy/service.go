@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,7 @@ type state struct {
 	opts     Options
 	clock    floodgate.Clock               // opts.Limiter.Clock, or the system clock
 	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
-	written  map[string]map[string]string  // by limiter name: each rule's name as written
+	named    map[string]*domain            // by limiter name
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*floodgate.Limiter // built on demand; see override
@@ -91,12 +92,12 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 		opts = &s.cur.Load().opts
 	}
 	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains)),
-		written: make(map[string]map[string]string, len(cfg.domains))}
+		named: make(map[string]*domain, len(cfg.domains))}
 	if st.clock == nil {
 		st.clock = floodgate.SystemClock{}
 	}
 	for name, d := range cfg.domains {
-		st.written[limiterName(name)] = d.written
+		st.named[limiterName(name)] = d
 		if len(d.leaves) == 0 {
 			continue
 		}
@@ -136,10 +137,31 @@ func (s *Service) Limiter(domain string) *floodgate.Limiter { return s.cur.Load(
 // escaped (path_-2fapi-2f-2a), as names must be, and is read as written
 // (path_/api/*). Any other name is returned as it is.
 func (s *Service) RuleName(limiter, rule string) string {
-	if w, ok := s.cur.Load().written[limiter][rule]; ok {
-		return w
+	if d := s.cur.Load().named[limiter]; d != nil {
+		if w, ok := d.written[rule]; ok {
+			return w
+		}
 	}
 	return rule
+}
+
+// RuleKeys returns the entry keys, in order, of the descriptors that the
+// rule named rule of the Service's limiter named limiter counts (tenant,
+// user), or nil when it is no domain's limit.
+func (s *Service) RuleKeys(limiter, rule string) []string {
+	if d := s.cur.Load().named[limiter]; d != nil {
+		return slices.Clone(d.keys[rule])
+	}
+	return nil
+}
+
+// Domain returns the domain whose limiter is named limiter ("edge" for
+// "envoy.edge"), and false when no domain's is.
+func (s *Service) Domain(limiter string) (string, bool) {
+	if d := s.cur.Load().named[limiter]; d != nil {
+		return d.name, true
+	}
+	return "", false
 }
 
 // Limits is one limiter of a Service as operators see it: a domain's, or

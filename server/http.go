@@ -205,48 +205,68 @@ func (s *Server) respond(d *floodgate.Decision, rules []floodgate.RuleDecision, 
 	return out
 }
 
+// decisionArgs are a check or reset request, read and checked.
+type decisionArgs struct {
+	name string
+	l    *floodgate.Limiter // the configuration's limiter named name
+	// domain is, when l is nil, the Envoy domain whose limiter is named
+	// name.
+	domain string
+	attrs  floodgate.Attributes
+	cost   int64
+	peek   bool
+}
+
 // readDecision reads and checks a check or reset request; "peek" is
-// refused unless peekOK.
-func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK bool) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
+// refused unless peekOK, and a request naming an Envoy domain's limiter
+// unless envoyOK.
+func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK, envoyOK bool) (decisionArgs, *httpError) {
 	var req decisionRequest
 	if e := s.decode(w, r, &req); e != nil {
-		return nil, nil, 0, false, e
+		return decisionArgs{}, e
 	}
 	if req.Limiter == "" {
-		return nil, nil, 0, false, badRequest("limiter: must be set")
+		return decisionArgs{}, badRequest("limiter: must be set")
 	}
-	l := s.limiter(req.Limiter)
-	if l == nil {
-		return nil, nil, 0, false, unknownLimiter("limiter", req.Limiter)
+	a := decisionArgs{name: req.Limiter, l: s.limiter(req.Limiter), attrs: floodgate.Attributes(req.Attributes), cost: 1, peek: req.Peek}
+	if a.l == nil {
+		d, ok := s.envoyDomain(req.Limiter)
+		if !ok || !envoyOK {
+			return decisionArgs{}, s.noLimiter("limiter", req.Limiter, r.URL.Path)
+		}
+		a.domain = d
 	}
-	cost := int64(1)
 	if req.Cost != nil {
-		cost = *req.Cost
+		a.cost = *req.Cost
 	}
-	if cost < 0 {
-		return nil, nil, 0, false, badRequest(fmt.Sprintf("cost: must not be negative, got %d", cost))
+	if a.cost < 0 {
+		return decisionArgs{}, badRequest(fmt.Sprintf("cost: must not be negative, got %d", a.cost))
 	}
 	if req.Peek && !peekOK {
-		return nil, nil, 0, false, badRequest("peek: only /v1/check peeks")
+		return decisionArgs{}, badRequest("peek: only /v1/check peeks")
 	}
-	return l, floodgate.Attributes(req.Attributes), cost, req.Peek, nil
+	return a, nil
 }
 
 // handleCheck serves POST /v1/check: one decision, consuming cost (default
 // 1) when admitted; cost 0 peeks at one unit, and "peek": true at cost
-// units.
+// units. An Envoy domain's limiter decides the attributes as one
+// descriptor's entries (envoy.Service.Decide).
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, cost, peek, e := s.readDecision(w, r, true)
+	a, e := s.readDecision(w, r, true, true)
 	if e != nil {
 		return e
 	}
 	// The answer lists every rule's result and the ticket: a full
 	// decision.
-	mode := floodgate.ModeConsume
-	if peek {
+	mode, cost := floodgate.ModeConsume, a.cost
+	if a.peek {
 		mode, cost = floodgate.ModePeek, max(cost, 1)
 	}
-	o, err := l.Decide(r.Context(), mode, attrs, cost)
+	if a.l == nil {
+		return s.checkEnvoy(w, r, a.name, a.domain, mode, a.attrs, cost)
+	}
+	o, err := a.l.Decide(r.Context(), mode, a.attrs, cost)
 	if err != nil {
 		return badRequest(err.Error())
 	}
@@ -289,7 +309,7 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 		s.metrics.refunds.WithLabelValues("", "rejected").Inc()
 		return invalidTicket(err.Error())
 	}
-	if l := s.limiter(t.Limiter); l != nil {
+	if l := s.refunder(t.Limiter); l != nil {
 		// The refund outlives the request: a client that hangs up must not
 		// leave the units taken.
 		ctx := context.WithoutCancel(r.Context())
@@ -318,10 +338,11 @@ func (s *Server) refundBodyBytes() int64 {
 // handleReset serves POST /v1/reset (admin): forgets the state of every
 // rule's key for the given attributes.
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, _, _, e := s.readDecision(w, r, false)
+	a, e := s.readDecision(w, r, false, false)
 	if e != nil {
 		return e
 	}
+	l, attrs := a.l, a.attrs
 	if err := l.Reset(r.Context(), attrs); err != nil {
 		s.Logger.Warn("reset failed", "limiter", l.Name(), "err", err)
 		return &httpError{status: http.StatusServiceUnavailable, kind: kindStore, detail: "the store could not reset the keys: " + err.Error()}
