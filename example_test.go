@@ -34,13 +34,17 @@ func Example() {
 	}
 
 	ctx := context.Background()
-	for range 4 {
-		d := limiter.AllowKey(ctx, "user:alice")
+	for range 3 {
+		d := limiter.AllowKey(ctx, "alice")
 		fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
 		clock.Advance(10 * time.Second)
 	}
-	// Bob has his own three; Allow takes the same key as an attribute.
-	d := limiter.Allow(ctx, floodgate.Attributes{"user": "user:bob"})
+	// The rule keys on "user" alone, so AllowKey's key is the user:
+	// Allow with that attribute counts against the same three.
+	d := limiter.Allow(ctx, floodgate.Attributes{"user": "alice"})
+	fmt.Printf("allowed=%v remaining=%d retry-after=%v\n", d.Allowed, d.Remaining, d.RetryAfter)
+	// Bob has his own three.
+	d = limiter.AllowKey(ctx, "bob")
 	fmt.Printf("bob: allowed=%v remaining=%d\n", d.Allowed, d.Remaining)
 	// Output:
 	// allowed=true remaining=2 retry-after=0s

@@ -231,9 +231,10 @@ func (n *node) hasChildren() bool {
 
 // leaf is one rate_limit block.
 type leaf struct {
-	path      string // the descriptor path, as the reference names it: key_value.key
-	rule      string // the floodgate rule name
-	field     string // where the rate_limit block is, e.g. descriptors[0].rate_limit
+	path      string   // the descriptor path, as the reference names it: key_value.key
+	keys      []string // the descriptor's entry keys, in order
+	rule      string   // the floodgate rule name
+	field     string   // where the rate_limit block is, e.g. descriptors[0].rate_limit
 	line, col int
 	unlimited bool
 	shadow    bool
@@ -264,6 +265,11 @@ type domain struct {
 	root   *node
 	leaves []*leaf // rules only, in rule order
 	zeros  []*leaf // limits of 0 requests per unit, refused without a rule
+	// written maps each rule name (of leaves and zeros) to the name
+	// operators read: the descriptor path as written; keys to the
+	// descriptor's entry keys.
+	written map[string]string
+	keys    map[string][]string
 }
 
 func newDomain(f *File) (*domain, error) {
@@ -283,12 +289,21 @@ func newDomain(f *File) (*domain, error) {
 	// A key holding '.' can give two paths one name: number the later one
 	// ('g' never follows '-' in an encoded name). The counted limits are
 	// named first, so that a limit of 0 never renames a counter.
-	names := map[string]bool{}
+	// Operators read each limit under its path as written (path_/api/*);
+	// two limits of one path are told apart the same way.
+	names, shown := map[string]bool{}, map[string]bool{}
+	d.written, d.keys = map[string]string{}, map[string][]string{}
 	for _, l := range append(append([]*leaf{}, d.leaves...), d.zeros...) {
 		for i := 1; names[l.rule]; i++ {
 			l.rule = fmt.Sprintf("%s-g%d", encodeName(l.path), i)
 		}
 		names[l.rule] = true
+		w := l.path
+		for i := 1; shown[w]; i++ {
+			w = fmt.Sprintf("%s-g%d", l.path, i)
+		}
+		shown[w] = true
+		d.written[l.rule], d.keys[l.rule] = w, l.keys
 	}
 	if len(d.leaves) == 0 {
 		return d, nil
@@ -370,7 +385,9 @@ func limiterName(domain string) string { return "envoy." + encodeName(domain) }
 
 // encodeName maps s one-to-one onto the characters floodgate allows in
 // names: letters, digits, '.' and '_' stand for themselves; every other
-// byte becomes '-' and two hex digits.
+// byte becomes '-' and two hex digits. The names it makes are part of the
+// store's keys, so they must not change; operators read the names as
+// written instead (Service.RuleName).
 func encodeName(s string) string {
 	const hex = "0123456789abcdef"
 	var b strings.Builder

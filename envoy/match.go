@@ -28,23 +28,12 @@ func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (l *lea
 	n := d.root
 	var shared []sharedEntry // entries matched by a sharing wildcard
 	for i, e := range entries {
-		next := n.exact[entry{e.Key, e.Value}]
-		if next == nil {
-			for _, w := range n.wild {
-				if w.key == e.Key && w.matches(e.Value) {
-					next = w.n
-					if next.share {
-						shared = append(shared, sharedEntry{i, next.pattern})
-					}
-					break
-				}
-			}
-		}
-		if next == nil {
-			next = n.anyValue[e.Key]
-		}
+		next, wild := n.child(e.Key, e.Value)
 		if next == nil {
 			return nil, ""
+		}
+		if wild && next.share {
+			shared = append(shared, sharedEntry{i, next.pattern})
 		}
 		if i == len(entries)-1 {
 			l = next.limit
@@ -59,6 +48,22 @@ func (d *domain) match(entries []*ratelimitv3.RateLimitDescriptor_Entry) (l *lea
 		return l, ""
 	}
 	return l, counterKey(entries, shared)
+}
+
+// child returns n's most specific child for the entry key=value: the one
+// with the key and the value, else the first wildcard (in file order) with
+// the key whose pattern the value has (wild is then true), else the one
+// with the key and no value; nil when there is none.
+func (n *node) child(key, value string) (next *node, wild bool) {
+	if next := n.exact[entry{key, value}]; next != nil {
+		return next, false
+	}
+	for _, w := range n.wild {
+		if w.key == key && w.matches(value) {
+			return w.n, true
+		}
+	}
+	return n.anyValue[key], false
 }
 
 type sharedEntry struct {

@@ -3,6 +3,7 @@ package envoy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,7 +95,7 @@ func parse(name string, data []byte) (f *File, err error) {
 		p.fail(root, "domain", "missing: every file configures one domain")
 	}
 	if descs != nil {
-		p.descriptors(f.root, descs, "descriptors", "")
+		p.descriptors(f.root, descs, "descriptors", "", nil)
 	}
 	if len(p.errs) > 0 {
 		return f, p.err()
@@ -198,7 +199,7 @@ func (p *parser) uint(n *yaml.Node, field string, bits int) uint64 {
 }
 
 // descriptors loads a descriptor list into parent's children.
-func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath string) {
+func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath string, parentKeys []string) {
 	list = yamlnode.Resolve(list)
 	if yamlnode.IsNull(list) {
 		return
@@ -280,14 +281,16 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 			}
 			n.share, n.pattern = true, value
 		}
+		keys := append(slices.Clip(parentKeys), key)
 		if rl != nil {
 			n.limit = p.rateLimit(rl, f+".rate_limit", path)
 			if n.limit != nil {
 				n.limit.shadow = shadow
+				n.limit.keys = keys
 			}
 		}
 		if children != nil {
-			p.descriptors(n, children, f+".descriptors", path)
+			p.descriptors(n, children, f+".descriptors", path, keys)
 		}
 		switch {
 		case value == "":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,7 @@ type state struct {
 	clock    floodgate.Clock               // opts.Limiter.Clock, or the system clock
 	store    store.Store                   // opts.Store, or the Service's
 	limiters map[string]*floodgate.Limiter // by domain; absent for a domain without rules
+	named    map[string]*domain            // by limiter name
 
 	mu        sync.Mutex
 	overrides map[overrideKey]*floodgate.Limiter // built on demand; see override
@@ -94,7 +96,8 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 	if opts == nil {
 		opts = &s.cur.Load().opts
 	}
-	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, store: opts.Store, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains))}
+	st := &state{cfg: cfg, opts: *opts, clock: opts.Limiter.Clock, store: opts.Store, limiters: make(map[string]*floodgate.Limiter, len(cfg.domains)),
+		named: make(map[string]*domain, len(cfg.domains))}
 	if st.clock == nil {
 		st.clock = floodgate.SystemClock{}
 	}
@@ -102,6 +105,7 @@ func (s *Service) Update(cfg *Config, opts *Options) error {
 		st.store = s.store
 	}
 	for name, d := range cfg.domains {
+		st.named[limiterName(name)] = d
 		if len(d.leaves) == 0 {
 			continue
 		}
@@ -134,6 +138,39 @@ func (s *Service) Config() *Config { return s.cur.Load().cfg }
 // Limiter returns the limiter that serves domain, or nil when the domain
 // is not configured or has no finite limits.
 func (s *Service) Limiter(domain string) *floodgate.Limiter { return s.cur.Load().limiters[domain] }
+
+// RuleName returns the name operators read for the rule named rule of the
+// Service's limiter named limiter: a domain's limit is a rule whose name has
+// its descriptor path's characters other than letters, digits, '.' and '_'
+// escaped (path_-2fapi-2f-2a), as names must be, and is read as written
+// (path_/api/*). Any other name is returned as it is.
+func (s *Service) RuleName(limiter, rule string) string {
+	if d := s.cur.Load().named[limiter]; d != nil {
+		if w, ok := d.written[rule]; ok {
+			return w
+		}
+	}
+	return rule
+}
+
+// RuleKeys returns the entry keys, in order, of the descriptors that the
+// rule named rule of the Service's limiter named limiter counts (tenant,
+// user), or nil when it is no domain's limit.
+func (s *Service) RuleKeys(limiter, rule string) []string {
+	if d := s.cur.Load().named[limiter]; d != nil {
+		return slices.Clone(d.keys[rule])
+	}
+	return nil
+}
+
+// Domain returns the domain whose limiter is named limiter ("edge" for
+// "envoy.edge"), and false when no domain's is.
+func (s *Service) Domain(limiter string) (string, bool) {
+	if d := s.cur.Load().named[limiter]; d != nil {
+		return d.name, true
+	}
+	return "", false
+}
 
 // Limits is one limiter of a Service as operators see it: a domain's, or
 // one made for limit overrides in requests to the domain.

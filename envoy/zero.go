@@ -24,20 +24,25 @@ func (st *state) observeZero(ctx context.Context, d *domain, lf *leaf, key strin
 	if obs == nil {
 		return
 	}
-	shadow := lf.shadow || st.opts.Limiter.Shadow
-	dec := floodgate.Decision{Allowed: shadow, ShadowDenied: shadow, Never: !shadow, Rule: lf.rule}
-	if !shadow {
-		dec.Reason = floodgate.ReasonLimit
-	}
-	rules := []floodgate.RuleDecision{{Name: lf.rule, Key: key, Shadow: shadow, Never: true}}
 	obs(ctx, floodgate.Event{
 		Limiter: limiterName(d.name),
 		Mode:    floodgate.ModeConsume,
 		Cost:    c,
 		Time:    now,
-		Outcome: floodgate.Outcome{Decision: dec, Rules: rules},
+		Outcome: st.zeroOutcome(lf, key),
 		Weight:  1,
 	})
+}
+
+// zeroOutcome is the refusal of descriptor key by lf, a limit of 0
+// requests per unit, as a floodgate decision of lf's rule.
+func (st *state) zeroOutcome(lf *leaf, key string) floodgate.Outcome {
+	shadow := lf.shadow || st.opts.Limiter.Shadow
+	dec := floodgate.Decision{Allowed: shadow, ShadowDenied: shadow, Never: !shadow, Rule: lf.rule}
+	if !shadow {
+		dec.Reason = floodgate.ReasonLimit
+	}
+	return floodgate.Outcome{Decision: dec, Rules: []floodgate.RuleDecision{{Name: lf.rule, Key: key, Shadow: shadow, Never: true}}}
 }
 
 // zeroRules describes d's limits of 0 requests per unit as floodgate

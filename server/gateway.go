@@ -171,7 +171,7 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 			}
 			l := set.byName[c.Limiter]
 			if l == nil {
-				return unknownLimiter(fmt.Sprintf("candidates[%d].limiter", i), c.Limiter)
+				return s.noLimiter(fmt.Sprintf("candidates[%d].limiter", i), c.Limiter, r.URL.Path)
 			}
 			costs[i] = 1
 			if c.Cost != nil {
@@ -300,7 +300,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 		return badRequest("peek: only /v1/check peeks")
 	}
 	if l == nil {
-		return unknownLimiter("limiter", req.Limiter)
+		return s.noLimiter("limiter", req.Limiter, r.URL.Path)
 	}
 	cost := int64(1)
 	switch {

@@ -20,33 +20,64 @@ type route struct {
 	path    string
 	method  string // GET routes answer HEAD too
 	name    string // the handler label of the HTTP metrics
+	access  access
 	handler func(http.ResponseWriter, *http.Request) *httpError
+}
+
+// access says who may call a route.
+type access uint8
+
+const (
+	public    access = iota
+	admin            // with the admin bearer token
+	adminPage        // with the admin token, as a bearer token or a browser's basic password
+)
+
+// routes lists the HTTP API; metrics serves /metrics.
+func (s *Server) routes(metrics http.Handler) []route {
+	return []route{
+		{"/v1/check", http.MethodPost, "check", public, s.handleCheck},
+		{"/v1/record", http.MethodPost, "record", public, s.handleRecord},
+		{"/v1/select", http.MethodPost, "select", public, s.handleSelect},
+		{"/v1/refund", http.MethodPost, "refund", public, s.handleRefund},
+		{"/v1/reset", http.MethodPost, "reset", admin, s.handleReset},
+		{"/v1/limiters", http.MethodGet, "limiters", public, s.handleLimiters},
+		{"/v1/top", http.MethodGet, "top", admin, s.handleTop},
+		{statusPath, http.MethodGet, "status", adminPage, s.handleStatusPage},
+		{"/healthz", http.MethodGet, "healthz", public, s.handleHealthz},
+		{"/readyz", http.MethodGet, "readyz", public, s.handleReadyz},
+		{"/healthcheck", http.MethodGet, "healthcheck", public, s.handleHealthcheck}, // the reference service's (reference.go)
+		{"/json", http.MethodPost, "json", public, s.handleJSON},
+		{"/metrics", http.MethodGet, "metrics", public, func(w http.ResponseWriter, r *http.Request) *httpError {
+			metrics.ServeHTTP(w, r)
+			return nil
+		}},
+	}
+}
+
+// AdminEndpoints lists the endpoints that need the admin token, such as
+// "POST /v1/reset": all of them are off while AdminToken is empty.
+func (s *Server) AdminEndpoints() []string {
+	var out []string
+	for _, rt := range s.routes(nil) {
+		if rt.access != public {
+			out = append(out, rt.method+" "+rt.path)
+		}
+	}
+	return out
 }
 
 // Handler returns the HTTP API. It is valid after Open (tests may serve it
 // with httptest).
 func (s *Server) Handler() http.Handler {
-	metricsHandler := promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})
-	routes := []route{
-		{"/v1/check", http.MethodPost, "check", s.handleCheck},
-		{"/v1/record", http.MethodPost, "record", s.handleRecord},
-		{"/v1/select", http.MethodPost, "select", s.handleSelect},
-		{"/v1/refund", http.MethodPost, "refund", s.handleRefund},
-		{"/v1/reset", http.MethodPost, "reset", s.admin(s.handleReset)},
-		{"/v1/limiters", http.MethodGet, "limiters", s.handleLimiters},
-		{"/v1/top", http.MethodGet, "top", s.admin(s.handleTop)},
-		{statusPath, http.MethodGet, "status", s.adminPage(s.handleStatusPage)},
-		{"/healthz", http.MethodGet, "healthz", s.handleHealthz},
-		{"/readyz", http.MethodGet, "readyz", s.handleReadyz},
-		{"/healthcheck", http.MethodGet, "healthcheck", s.handleHealthcheck}, // the reference service's (reference.go)
-		{"/json", http.MethodPost, "json", s.handleJSON},
-		{"/metrics", http.MethodGet, "metrics", func(w http.ResponseWriter, r *http.Request) *httpError {
-			metricsHandler.ServeHTTP(w, r)
-			return nil
-		}},
-	}
 	mux := http.NewServeMux()
-	for _, rt := range routes {
+	for _, rt := range s.routes(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})) {
+		switch rt.access {
+		case admin:
+			rt.handler = s.admin(rt.handler)
+		case adminPage:
+			rt.handler = s.adminPage(rt.handler)
+		}
 		mux.Handle(rt.path, s.instrumented(rt.name, rt))
 	}
 	mux.Handle("/", s.instrumented("other", route{handler: func(w http.ResponseWriter, r *http.Request) *httpError {
@@ -174,48 +205,68 @@ func (s *Server) respond(d *floodgate.Decision, rules []floodgate.RuleDecision, 
 	return out
 }
 
+// decisionArgs are a check or reset request, read and checked.
+type decisionArgs struct {
+	name string
+	l    *floodgate.Limiter // the configuration's limiter named name
+	// domain is, when l is nil, the Envoy domain whose limiter is named
+	// name.
+	domain string
+	attrs  floodgate.Attributes
+	cost   int64
+	peek   bool
+}
+
 // readDecision reads and checks a check or reset request; "peek" is
-// refused unless peekOK.
-func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK bool) (*floodgate.Limiter, floodgate.Attributes, int64, bool, *httpError) {
+// refused unless peekOK, and a request naming an Envoy domain's limiter
+// unless envoyOK.
+func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK, envoyOK bool) (decisionArgs, *httpError) {
 	var req decisionRequest
 	if e := s.decode(w, r, &req); e != nil {
-		return nil, nil, 0, false, e
+		return decisionArgs{}, e
 	}
 	if req.Limiter == "" {
-		return nil, nil, 0, false, badRequest("limiter: must be set")
+		return decisionArgs{}, badRequest("limiter: must be set")
 	}
-	l := s.limiter(req.Limiter)
-	if l == nil {
-		return nil, nil, 0, false, unknownLimiter("limiter", req.Limiter)
+	a := decisionArgs{name: req.Limiter, l: s.limiter(req.Limiter), attrs: floodgate.Attributes(req.Attributes), cost: 1, peek: req.Peek}
+	if a.l == nil {
+		d, ok := s.envoyDomain(req.Limiter)
+		if !ok || !envoyOK {
+			return decisionArgs{}, s.noLimiter("limiter", req.Limiter, r.URL.Path)
+		}
+		a.domain = d
 	}
-	cost := int64(1)
 	if req.Cost != nil {
-		cost = *req.Cost
+		a.cost = *req.Cost
 	}
-	if cost < 0 {
-		return nil, nil, 0, false, badRequest(fmt.Sprintf("cost: must not be negative, got %d", cost))
+	if a.cost < 0 {
+		return decisionArgs{}, badRequest(fmt.Sprintf("cost: must not be negative, got %d", a.cost))
 	}
 	if req.Peek && !peekOK {
-		return nil, nil, 0, false, badRequest("peek: only /v1/check peeks")
+		return decisionArgs{}, badRequest("peek: only /v1/check peeks")
 	}
-	return l, floodgate.Attributes(req.Attributes), cost, req.Peek, nil
+	return a, nil
 }
 
 // handleCheck serves POST /v1/check: one decision, consuming cost (default
 // 1) when admitted; cost 0 peeks at one unit, and "peek": true at cost
-// units.
+// units. An Envoy domain's limiter decides the attributes as one
+// descriptor's entries (envoy.Service.Decide).
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, cost, peek, e := s.readDecision(w, r, true)
+	a, e := s.readDecision(w, r, true, true)
 	if e != nil {
 		return e
 	}
 	// The answer lists every rule's result and the ticket: a full
 	// decision.
-	mode := floodgate.ModeConsume
-	if peek {
+	mode, cost := floodgate.ModeConsume, a.cost
+	if a.peek {
 		mode, cost = floodgate.ModePeek, max(cost, 1)
 	}
-	o, err := l.Decide(r.Context(), mode, attrs, cost)
+	if a.l == nil {
+		return s.checkEnvoy(w, r, a.name, a.domain, mode, a.attrs, cost)
+	}
+	o, err := a.l.Decide(r.Context(), mode, a.attrs, cost)
 	if err != nil {
 		return badRequest(err.Error())
 	}
@@ -258,7 +309,7 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 		s.metrics.refunds.WithLabelValues("", "rejected").Inc()
 		return invalidTicket(err.Error())
 	}
-	if l := s.limiter(t.Limiter); l != nil {
+	if l := s.refunder(t.Limiter); l != nil {
 		// The refund outlives the request: a client that hangs up must not
 		// leave the units taken.
 		ctx := context.WithoutCancel(r.Context())
@@ -287,10 +338,11 @@ func (s *Server) refundBodyBytes() int64 {
 // handleReset serves POST /v1/reset (admin): forgets the state of every
 // rule's key for the given attributes.
 func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) *httpError {
-	l, attrs, _, _, e := s.readDecision(w, r, false)
+	a, e := s.readDecision(w, r, false, false)
 	if e != nil {
 		return e
 	}
+	l, attrs := a.l, a.attrs
 	if err := l.Reset(r.Context(), attrs); err != nil {
 		s.Logger.Warn("reset failed", "limiter", l.Name(), "err", err)
 		return &httpError{status: http.StatusServiceUnavailable, kind: kindStore, detail: "the store could not reset the keys: " + err.Error()}
@@ -312,12 +364,12 @@ func (s *Server) isAdmin(r *http.Request) bool {
 	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
-// admin guards h with the admin bearer token.
+// admin guards h with the admin bearer token. Its refusals say why: no
+// token is configured (403), or the request's is missing or wrong (401).
 func (s *Server) admin(h func(http.ResponseWriter, *http.Request) *httpError) func(http.ResponseWriter, *http.Request) *httpError {
 	return func(w http.ResponseWriter, r *http.Request) *httpError {
 		if s.AdminToken == "" {
-			return &httpError{status: http.StatusForbidden, kind: kindAdminDisabled,
-				detail: "admin endpoints are disabled: start the service with --admin-token or FLOODGATE_ADMIN_TOKEN"}
+			return adminDisabled()
 		}
 		auth := r.Header.Get("Authorization")
 		if !s.isAdmin(r) {
@@ -330,4 +382,11 @@ func (s *Server) admin(h func(http.ResponseWriter, *http.Request) *httpError) fu
 		}
 		return h(w, r)
 	}
+}
+
+// adminDisabled is the refusal of an admin endpoint while no admin token
+// is configured.
+func adminDisabled() *httpError {
+	return &httpError{status: http.StatusForbidden, kind: kindAdminDisabled,
+		detail: "admin endpoints are disabled: no admin token is configured; start the service with --admin-token or FLOODGATE_ADMIN_TOKEN"}
 }

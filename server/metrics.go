@@ -43,10 +43,14 @@ type metrics struct {
 	grpcMethods   sync.Map // full method name → *grpcMethodMetrics
 
 	storeOK [5]prometheus.Observer // by floodgate.Mode, error "none"
+
+	// ruleName is the rule label of a limiter's rule (Server.ruleName).
+	ruleName func(limiter, rule string) string
 }
 
 func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	m := &metrics{
+		ruleName: s.ruleName,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_decisions_total",
 			Help: "Decisions (checks and peeks) by limiter, binding rule and result: allowed, denied, shadow_denied, fail_open or fail_closed.",
@@ -176,7 +180,7 @@ func (m *metrics) observe(_ context.Context, e floodgate.Event) {
 	default:
 		return
 	}
-	m.decisions.WithLabelValues(e.Limiter, bindingRule(&e.Outcome), result(&e.Outcome.Decision)).Inc()
+	m.decisions.WithLabelValues(e.Limiter, m.ruleName(e.Limiter, bindingRule(&e.Outcome)), result(&e.Outcome.Decision)).Inc()
 }
 
 // result classifies a decision for floodgate_decisions_total.

@@ -1,9 +1,15 @@
 package server
 
 import (
+	"strings"
+
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/store"
 )
+
+// envoyPrefix starts the names of the Envoy domains' limiters; the
+// configuration's limiters may not use it.
+const envoyPrefix = "envoy."
 
 // observedLimiter is a limiter as operators see it in GET /v1/top, on the
 // status page and in floodgate_breaker_state: one of the configuration's,
@@ -73,4 +79,29 @@ func (s *Server) observedLimiter(name string) (observedLimiter, bool) {
 		}
 	}
 	return observedLimiter{}, false
+}
+
+// ruleName is the name operators read for limiter's rule, in metrics, on
+// the status page and in GET /v1/top: an Envoy domain's limit under its
+// descriptor path as written (envoy.Service.RuleName), any other rule under
+// its own name.
+func (s *Server) ruleName(limiter, rule string) string {
+	if s.envoy == nil || !strings.HasPrefix(limiter, envoyPrefix) {
+		return rule
+	}
+	return s.envoy.RuleName(limiter, rule)
+}
+
+// rule returns l's rule that operators read as name (see ruleName), or
+// that is named name.
+func (s *Server) rule(l observedLimiter, name string) (floodgate.Rule, bool) {
+	if r, ok := l.Rule(name); ok {
+		return r, true
+	}
+	for _, r := range l.rules {
+		if s.ruleName(l.name, r.Name) == name {
+			return r, true
+		}
+	}
+	return floodgate.Rule{}, false
 }

@@ -76,8 +76,8 @@ type Server struct {
 	TLSCertFile string
 	TLSKeyFile  string
 
-	// AdminToken guards the admin endpoints (POST /v1/reset) as a bearer
-	// token. When empty, they answer 403.
+	// AdminToken guards the admin endpoints (AdminEndpoints lists them)
+	// as a bearer token. When empty, they answer 403.
 	AdminToken string
 	// TicketSecret authenticates the tickets the API hands out. Instances
 	// that share a store must share it; nil means a random secret for this

@@ -9,7 +9,10 @@ import (
 
 // limiterInfo and ruleInfo are GET /v1/limiters' view of the configuration.
 type limiterInfo struct {
-	Name          string     `json:"name"`
+	Name string `json:"name"`
+	// EnvoyDomain is the Envoy domain the limiter serves, absent for one
+	// of the configuration's limiters.
+	EnvoyDomain   string     `json:"envoy_domain,omitempty"`
 	FailurePolicy string     `json:"failure_policy"`
 	Shadow        bool       `json:"shadow"`
 	Breaker       string     `json:"breaker"`
@@ -90,48 +93,55 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpErr
 			TokenRules:    cl.TokenRules,
 		}
 		for _, rule := range l.Rules() {
-			ri := ruleInfo{
-				Name:      rule.Name,
-				Key:       rule.Key,
-				Algorithm: rule.Algorithm.String(),
-				Limit:     rule.Limit,
-				Burst:     rule.Burst,
-				Buckets:   rule.Buckets,
-				Shadow:    rule.Shadow,
-			}
-			if ri.Key == nil {
-				ri.Key = []string{}
-			}
-			calendar := rule.Align == floodgate.AlignDay || rule.Align == floodgate.AlignMonth
-			if !calendar {
-				ri.Window, ri.WindowMS = rule.Window.String(), millis(rule.Window)
-			}
-			if rule.Algorithm == floodgate.FixedWindow {
-				ri.Align = rule.Align.String()
-			}
-			if calendar {
-				ri.TimeZone = "UTC"
-				if rule.Location != nil {
-					ri.TimeZone = rule.Location.String()
-				}
-			}
-			for _, o := range rule.Overrides {
-				or := overrideResponse{MatchAttributes: make([]string, 0, len(o.Match)), Limit: o.Limit, Burst: o.Burst}
-				for k := range o.Match {
-					or.MatchAttributes = append(or.MatchAttributes, k)
-				}
-				sort.Strings(or.MatchAttributes)
-				if admin {
-					or.Match = o.Match
-				}
-				ri.Overrides = append(ri.Overrides, or)
-			}
-			li.Rules = append(li.Rules, ri)
+			li.Rules = append(li.Rules, describeRule(rule, admin))
 		}
 		out.Limiters = append(out.Limiters, li)
 	}
+	out.Limiters = append(out.Limiters, s.envoyLimiters()...)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// describeRule is GET /v1/limiters' view of rule; the values its overrides
+// match are shown to admins only.
+func describeRule(rule floodgate.Rule, admin bool) ruleInfo {
+	ri := ruleInfo{
+		Name:      rule.Name,
+		Key:       rule.Key,
+		Algorithm: rule.Algorithm.String(),
+		Limit:     rule.Limit,
+		Burst:     rule.Burst,
+		Buckets:   rule.Buckets,
+		Shadow:    rule.Shadow,
+	}
+	if ri.Key == nil {
+		ri.Key = []string{}
+	}
+	calendar := rule.Align == floodgate.AlignDay || rule.Align == floodgate.AlignMonth
+	if !calendar {
+		ri.Window, ri.WindowMS = rule.Window.String(), millis(rule.Window)
+	}
+	if rule.Algorithm == floodgate.FixedWindow {
+		ri.Align = rule.Align.String()
+	}
+	if calendar {
+		ri.TimeZone = "UTC"
+		if rule.Location != nil {
+			ri.TimeZone = rule.Location.String()
+		}
+	}
+	for _, o := range rule.Overrides {
+		or := overrideResponse{MatchAttributes: make([]string, 0, len(o.Match)), Limit: o.Limit, Burst: o.Burst}
+		for k := range o.Match {
+			or.MatchAttributes = append(or.MatchAttributes, k)
+		}
+		sort.Strings(or.MatchAttributes)
+		if admin {
+			or.Match = o.Match
+		}
+		ri.Overrides = append(ri.Overrides, or)
+	}
+	return ri
 }
 
 // handleHealthz serves GET /healthz: the process is alive.

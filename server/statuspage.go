@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
+	"html/template"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -127,22 +128,58 @@ func (s *Server) handleStatusData(w http.ResponseWriter, r *http.Request) *httpE
 // adminPage guards the status page like admin, and also takes the token as
 // the password of HTTP Basic authentication (any user name), so that a
 // browser can open the page: it asks for the password, then sends it with
-// the page's own requests.
+// the page's own requests. A refusal asked for as HTML (a browser opening
+// the page) is a short page that says why; the page's data requests get
+// problem+json.
 func (s *Server) adminPage(h func(http.ResponseWriter, *http.Request) *httpError) func(http.ResponseWriter, *http.Request) *httpError {
 	bearer := s.admin(h)
 	want := sha256.Sum256([]byte(s.AdminToken))
 	return func(w http.ResponseWriter, r *http.Request) *httpError {
-		if _, pass, ok := r.BasicAuth(); ok && s.AdminToken != "" {
-			got := sha256.Sum256([]byte(pass))
-			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-				return h(w, r)
+		e := func() *httpError {
+			_, pass, basic := r.BasicAuth()
+			if basic && s.AdminToken != "" {
+				got := sha256.Sum256([]byte(pass))
+				if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
+					return h(w, r)
+				}
 			}
+			if scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " "); strings.EqualFold(scheme, "Bearer") || s.AdminToken == "" {
+				return bearer(w, r)
+			}
+			w.Header().Set("WWW-Authenticate", `Basic realm="floodgate status (password: the admin token)", charset="UTF-8"`)
+			detail := "the status page needs the admin token, as a bearer token or as the password of basic authentication"
+			if basic {
+				detail = "the password is not the admin token"
+			}
+			return &httpError{status: http.StatusUnauthorized, kind: kindUnauthorized, detail: detail}
+		}()
+		if e != nil && (e.status == http.StatusUnauthorized || e.status == http.StatusForbidden) && wantsHTML(r) {
+			writeProblemPage(w, e)
+			return nil
 		}
-		if scheme, _, _ := strings.Cut(r.Header.Get("Authorization"), " "); strings.EqualFold(scheme, "Bearer") || s.AdminToken == "" {
-			return bearer(w, r)
-		}
-		w.Header().Set("WWW-Authenticate", `Basic realm="floodgate status (password: the admin token)", charset="UTF-8"`)
-		return &httpError{status: http.StatusUnauthorized, kind: kindUnauthorized,
-			detail: "the status page needs the admin token, as a bearer token or as the password of basic authentication"}
+		return e
 	}
+}
+
+// wantsHTML reports whether r asks for an HTML answer: a browser
+// navigating to the page, not a script fetching its data.
+func wantsHTML(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// problemPage is the HTML form of a refused status page request.
+var problemPage = template.Must(template.New("problem").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>floodgate status: {{.Title}}</title></head>
+<body><h1>{{.Status}} {{.Title}}</h1><p>{{.Detail}}.</p></body></html>
+`))
+
+// writeProblemPage answers with e as a short HTML page.
+func writeProblemPage(w http.ResponseWriter, e *httpError) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'")
+	w.WriteHeader(e.status)
+	problemPage.Execute(w, problem{Title: http.StatusText(e.status), Status: e.status, Detail: e.detail})
 }

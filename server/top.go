@@ -92,7 +92,7 @@ func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) *httpError {
 	}
 	var rules []floodgate.Rule
 	if rule := q.Get("rule"); rule != "" {
-		rl, ok := l.Rule(rule)
+		rl, ok := s.rule(l, rule)
 		if !ok {
 			return &httpError{status: http.StatusNotFound, kind: kindUnknownRule,
 				detail: fmt.Sprintf("rule: limiter %q has no rule %q; GET /v1/limiters lists them", name, rule)}
@@ -125,7 +125,7 @@ func (s *Server) topOf(limiter string, rl floodgate.Rule, kind topkeys.Kind, spa
 	if err != nil {
 		return ruleTops{}, time.Time{}, err
 	}
-	out := ruleTops{Rule: rl.Name, Limit: rl.Limit, Shadow: rl.Shadow, Total: rep.Total, Keys: make([]topKey, 0, len(rep.Entries))}
+	out := ruleTops{Rule: s.ruleName(limiter, rl.Name), Limit: rl.Limit, Shadow: rl.Shadow, Total: rep.Total, Keys: make([]topKey, 0, len(rep.Entries))}
 	if rl.Window > 0 && rl.Align != floodgate.AlignDay && rl.Align != floodgate.AlignMonth {
 		out.Window = rl.Window.String()
 	}

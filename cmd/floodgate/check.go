@@ -25,8 +25,12 @@ Cost 0 peeks without consuming; --record posts to /v1/record instead.
 Exit status: 0 when admitted, 1 when denied, 2 when the service could not
 be asked (bad flags, connection refused, an error answer).
 
-Example:
+An Envoy domain's limiter, envoy.<domain>, takes a descriptor's entries
+as attributes.
+
+Examples:
   floodgate check --limiter api --attr user=u1 --attr org=acme
+  floodgate check --limiter envoy.edge --attr remote_address=10.0.0.1
 `
 
 // attrFlag collects repeated --attr key=value flags.

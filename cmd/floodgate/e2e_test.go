@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/server"
 )
 
 // binary is the floodgate program built once for the end-to-end tests.
@@ -606,6 +607,14 @@ func TestDefaultConfig(t *testing.T) {
 	if !s.logged("no --config and no ./floodgate.yaml: serving the built-in sample configuration") {
 		t.Error("the fallback to the sample is not logged")
 	}
+	// Without a token, the start-up line names every admin endpoint.
+	off := "no admin token set: admin endpoints (POST /v1/reset, GET /v1/top, GET /status/) are disabled; set --admin-token or FLOODGATE_ADMIN_TOKEN"
+	if got := strings.Join((&server.Server{}).AdminEndpoints(), ", "); !strings.Contains(off, "("+got+")") {
+		t.Errorf("the server's admin endpoints are %s; the test expects the line %q", got, off)
+	}
+	if !s.logged(off) {
+		t.Errorf("no line %q:\n%s", off, s.logText())
+	}
 	if err := s.stop(); err != nil {
 		t.Errorf("exit: %v", err)
 	}
@@ -654,9 +663,24 @@ func TestValidateCommand(t *testing.T) {
 	if code := exitCode(err); code != 1 || string(out) != want {
 		t.Errorf("validate good bad: exit %d\n%s\nwant exit 1\n%s", code, out, want)
 	}
-	out, err = exec.Command(binary, "validate").CombinedOutput()
-	if code := exitCode(err); code != 2 {
-		t.Errorf("validate with no files: exit %d\n%s", code, out)
+	// With no file, validate checks what serve would start with:
+	// ./floodgate.yaml, else the built-in sample.
+	validateHere := func() (string, int) {
+		cmd := exec.Command(binary, "validate")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	if out, code := validateHere(); code != 0 || out != "built-in sample floodgate.yaml: ok (6 limiters, memory store); there is no ./floodgate.yaml, so floodgate serve starts with it\n" {
+		t.Errorf("validate with no file and no ./floodgate.yaml: exit %d\n%s", code, out)
+	}
+	write(t, filepath.Join(dir, "floodgate.yaml"), e2eConfig)
+	if out, code := validateHere(); code != 0 || out != "floodgate.yaml: ok (2 limiters, memory store)\n" {
+		t.Errorf("validate with no file and a good ./floodgate.yaml: exit %d\n%s", code, out)
+	}
+	write(t, filepath.Join(dir, "floodgate.yaml"), e2eConfig+"bogus: 1\n")
+	if out, code := validateHere(); code != 1 || !strings.Contains(out, "floodgate.yaml:") || !strings.Contains(out, ": bogus: unknown field") {
+		t.Errorf("validate with no file and a bad ./floodgate.yaml: exit %d\n%s\nwant exit 1 and floodgate.yaml:…: bogus: unknown field", code, out)
 	}
 	out, err = exec.Command(binary, "validate", filepath.Join(dir, "absent.yaml")).CombinedOutput()
 	if code := exitCode(err); code != 1 || !strings.Contains(string(out), "no such file") {
@@ -698,8 +722,13 @@ limiters:
 
 func TestHelp(t *testing.T) {
 	out, err := exec.Command(binary, "--help").CombinedOutput()
-	if exitCode(err) != 0 || !strings.Contains(string(out), "serve      run the decision service") {
+	if exitCode(err) != 0 || !strings.Contains(string(out), "serve      run the decision service") ||
+		!strings.Contains(string(out), "ratelimit  act as Envoy's reference rate limit service, configured by its environment variables") {
 		t.Errorf("--help: %v\n%s", err, out)
+	}
+	// Help speaks of what a command does, never of the program's sources.
+	if f := regexp.MustCompile(`\w+\.go\b`).FindString(string(out)); f != "" {
+		t.Errorf("--help names a source file, %s:\n%s", f, out)
 	}
 	for _, cmd := range []string{"serve", "validate", "check", "load"} {
 		out, err := exec.Command(binary, cmd, "--help").CombinedOutput()

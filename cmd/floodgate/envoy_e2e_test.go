@@ -187,3 +187,24 @@ func TestValidateEnvoyDir(t *testing.T) {
 		t.Errorf("validate a bad envoy dir: %v\n%s", err, out)
 	}
 }
+
+// TestCheckEnvoyDomain: floodgate check decides on an Envoy domain's
+// limiter, its attributes being a descriptor's entries, and counts with
+// Envoy's calls.
+func TestCheckEnvoyDomain(t *testing.T) {
+	s, c, _ := startEnvoyService(t, "")
+	check := func(args ...string) (string, int) {
+		out, err := exec.Command(binary, append([]string{"check", "--addr", s.http, "--limiter", "envoy.edge"}, args...)...).CombinedOutput()
+		return string(out), exitCode(err)
+	}
+	if out, code := check("--attr", "user=ann", "--attr", "tenant=acme"); code != 0 || !strings.HasPrefix(out, "ALLOWED  limiter envoy.edge\n") || !strings.Contains(out, "tenant.user") {
+		t.Errorf("first check: exit %d\n%s", code, out)
+	}
+	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("tenant", "acme", "user", "ann")}})
+	if err != nil || resp.OverallCode != over {
+		t.Errorf("gRPC after the check: %v %v, want OVER_LIMIT", resp, err)
+	}
+	if out, code := check("--attr", "path=/api/v1"); code != 0 || !strings.Contains(out, "path_/api/*") {
+		t.Errorf("check of a wildcard path: exit %d\n%s", code, out)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	_ "time/tzdata" // calendar windows in any time zone, on any machine
@@ -27,6 +28,25 @@ func run() int {
 //
 //go:embed floodgate.yaml
 var sampleConfig []byte
+
+// defaultConfigFile is the configuration file serve reads and validate
+// checks when none is named; sampleName names sampleConfig in messages.
+const (
+	defaultConfigFile = "floodgate.yaml"
+	sampleName        = "built-in sample floodgate.yaml"
+)
+
+// configFile returns the configuration file to read: named, else
+// ./floodgate.yaml, else "" when there is none (the built-in sample).
+func configFile(named string) string {
+	if named != "" {
+		return named
+	}
+	if _, err := os.Stat(defaultConfigFile); errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	return defaultConfigFile // any other error: reading it reports it
+}
 
 // Exit codes.
 const (
@@ -62,7 +82,7 @@ var commands = []command{
 	{"validate", "check configuration files and report every error", (*Main).validate},
 	{"check", "ask a running service for one decision", (*Main).check},
 	{"load", "generate load against a running service and measure it", (*Main).load},
-	{"ratelimit", "run as Envoy's reference rate limit service, configured by its environment (ratelimit.go)", (*Main).ratelimit},
+	{"ratelimit", "act as Envoy's reference rate limit service, configured by its environment variables", (*Main).ratelimit},
 	{"version", "print the version, VCS revision and Go version", (*Main).version},
 }
 

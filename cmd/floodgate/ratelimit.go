@@ -359,6 +359,9 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 		Gatherer:         reg,
 		Logger:           logger,
 	}
+	if srv.AdminToken == "" {
+		logger.Info(adminOff(srv, "FLOODGATE_ADMIN_TOKEN"))
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)

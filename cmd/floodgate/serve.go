@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -128,14 +127,10 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 // path to watch ("" for the built-in sample). With Envoy domains (envoy),
 // a configuration that names only the store is valid.
 func loadConfig(path string, envoy bool, logger *slog.Logger) (*config.Config, string, error) {
-	if path == "" {
-		if _, err := os.Stat("floodgate.yaml"); err == nil {
-			path = "floodgate.yaml"
-		} else if errors.Is(err, fs.ErrNotExist) {
-			logger.Info("no --config and no ./floodgate.yaml: serving the built-in sample configuration")
-			c, err := config.Parse("built-in sample floodgate.yaml", sampleConfig)
-			return c, "", err
-		}
+	if path = configFile(path); path == "" {
+		logger.Info("no --config and no ./" + defaultConfigFile + ": serving the built-in sample configuration")
+		c, err := config.Parse(sampleName, sampleConfig)
+		return c, "", err
 	}
 	c, err := config.LoadWith(path, config.Options{EnvoyDomains: envoy})
 	return c, path, err
@@ -181,7 +176,7 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 		logger.Info("no ticket secret set: tickets refund only on this instance; set FLOODGATE_TICKET_SECRET on every instance sharing a store")
 	}
 	if adminToken == "" {
-		logger.Info("no admin token set: admin endpoints (POST /v1/reset) are disabled")
+		logger.Info(adminOff(srv, "--admin-token or FLOODGATE_ADMIN_TOKEN"))
 	}
 
 	sigs := make(chan os.Signal, 4)
@@ -384,4 +379,10 @@ func removeAfter(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// adminOff is the start-up line of a service without an admin token: it
+// names every admin endpoint, and how to turn them on.
+func adminOff(srv *server.Server, how string) string {
+	return "no admin token set: admin endpoints (" + strings.Join(srv.AdminEndpoints(), ", ") + ") are disabled; set " + how
 }

@@ -15,6 +15,8 @@ Usage: floodgate validate [--envoy-config-dir DIR] [FILE...]
 
 Checks floodgate configuration files (and, with --envoy-config-dir, a
 directory of Envoy rate limit service files) without starting anything.
+With neither, it checks what "floodgate serve" would start with:
+./floodgate.yaml, or the built-in sample when there is no such file.
 Every error is printed as file:line:column: field: message; the exit status
 is 1 when a file has errors, 0 when all are valid.
 `
@@ -26,13 +28,25 @@ func (m *Main) validate(_ context.Context, args []string) int {
 	if code, ok := m.parseArgs(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() == 0 && *envoyDir == "" {
-		fmt.Fprintln(m.Stderr, "floodgate validate: name at least one configuration file")
-		fs.Usage()
-		return exitUsage
+	files := fs.Args()
+	if len(files) == 0 && *envoyDir == "" {
+		path := configFile("")
+		if path == "" {
+			c, err := config.Parse(sampleName, sampleConfig)
+			if err != nil {
+				fmt.Fprintln(m.Stderr, err)
+				return exitFail
+			}
+			if !*quiet {
+				fmt.Fprintf(m.Stdout, "%s: ok (%d limiters, %s store); there is no ./%s, so floodgate serve starts with it\n",
+					sampleName, len(c.Limiters), storeName(c), defaultConfigFile)
+			}
+			return exitOK
+		}
+		files = []string{path}
 	}
 	code := exitOK
-	for _, path := range fs.Args() {
+	for _, path := range files {
 		c, err := config.LoadWith(path, config.Options{EnvoyDomains: *envoyDir != ""})
 		if err != nil {
 			code = exitFail

@@ -93,9 +93,9 @@ func (s Summary) Format(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "  key %q: %d %s keys\n", c.Attribute, c.Keys, c.Distribution)
 	if c.Rate > 0 {
-		fmt.Fprintf(&b, "load        open model: %s req/s offered, up to %d in flight, %v", formatSig(c.Rate), c.Concurrency, c.Duration)
+		fmt.Fprintf(&b, "load        open model: %s req/s offered, up to %d in flight, %s", formatSig(c.Rate), c.Concurrency, s.extent())
 	} else {
-		fmt.Fprintf(&b, "load        closed model: %d workers, %v", c.Concurrency, c.Duration)
+		fmt.Fprintf(&b, "load        closed model: %d workers, %s", c.Concurrency, s.extent())
 	}
 	if c.Warmup > 0 {
 		fmt.Fprintf(&b, " after a %v warm-up", c.Warmup)
@@ -125,6 +125,19 @@ func (s Summary) Format(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// extent says what bounded the run: its duration, or its request count,
+// with the duration when that cut the run short.
+func (s Summary) extent() string {
+	c := s.Config
+	switch {
+	case c.Requests == 0:
+		return c.Duration.String()
+	case s.Requests < uint64(c.Requests) && s.Elapsed >= c.Duration:
+		return fmt.Sprintf("%d requests, cut short by the %v duration", c.Requests, c.Duration)
+	}
+	return fmt.Sprintf("%d requests", c.Requests)
 }
 
 // formatDuration writes d with three significant digits in the largest unit
