@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate"
@@ -48,18 +49,31 @@ type EnvoySettings struct {
 	RequireDomains bool
 }
 
-// registerEnvoy puts the Envoy service on the gRPC server, and reports it
-// serving under the reference service's health check name, "ratelimit".
+// registerEnvoy puts the Envoy service on the gRPC server (behind
+// envoyFront when it traces or waits for xDS), and reports it serving
+// under the reference service's health check name, "ratelimit".
 func (s *Server) registerEnvoy() {
-	s.envoy.Register(s.grpcSrv)
+	if s.tracer != nil || s.xds != nil {
+		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, envoyFront{s: s})
+	} else {
+		s.envoy.Register(s.grpcSrv)
+	}
 	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 }
 
-// openEnvoy loads EnvoyConfigDir and builds the Envoy service.
+// openEnvoy loads EnvoyConfigDir, or prepares the xDS client, and builds
+// the Envoy service.
 func (s *Server) openEnvoy() error {
-	cfg, err := envoy.LoadDir(s.EnvoyConfigDir)
-	if err != nil {
-		return err
+	var cfg *envoy.Config // none until the first push, with xDS
+	if s.EnvoyXDS != nil {
+		if err := s.openXDS(); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if cfg, err = envoy.LoadDir(s.EnvoyConfigDir); err != nil {
+			return err
+		}
 	}
 	svc, err := envoy.New(s.store, cfg, s.envoyOptions(s.Config))
 	if err != nil {
@@ -69,7 +83,9 @@ func (s *Server) openEnvoy() error {
 		return err
 	}
 	s.envoy = svc
-	s.Logger.Info("envoy rate limit configuration loaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(cfg.Domains(), ","))
+	if cfg != nil {
+		s.Logger.Info("envoy rate limit configuration loaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(cfg.Domains(), ","))
+	}
 	return nil
 }
 
