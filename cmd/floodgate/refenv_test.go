@@ -67,12 +67,12 @@ func TestReadReference(t *testing.T) {
 		t.Errorf("cluster: %v %v", r.redis.Cluster, err)
 	}
 	for env, want := range map[string]string{
-		"LOG_LEVEL=loud":           `LOG_LEVEL="loud"`,
-		"PORT=http":                `PORT="http"`,
-		"REDIS_TLS=yes":            `REDIS_TLS="yes"`,
-		"QUOTA_MODE=true":          "QUOTA_MODE=true: not supported",
-		"REDIS_TIMEOUT=soon":       `REDIS_TIMEOUT="soon"`,
-		"GRPC_SERVER_USE_TLS=true": "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+		"LOG_LEVEL=loud":             `LOG_LEVEL="loud"`,
+		"PORT=http":                  `PORT="http"`,
+		"REDIS_TLS=yes":              `REDIS_TLS="yes"`,
+		"QUOTA_MODE=true":            "QUOTA_MODE=true: not supported",
+		"REDIS_TIMEOUT=soon":         `REDIS_TIMEOUT="soon"`,
+		"GRPC_SERVER_USE_TLS=true":   "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
 		"CONFIG_TYPE=GRPC_XDS_DELTA": `CONFIG_TYPE="GRPC_XDS_DELTA": want FILE or GRPC_XDS_SOTW`,
 		"TRACING_ENABLED=true TRACING_EXPORTER_PROTOCOL=udp": `TRACING_EXPORTER_PROTOCOL="udp": want http (http/protobuf) or grpc`,
 		// REDIS_SOCKET_TYPE unset is unix: a host:port says what to set,

@@ -196,7 +196,7 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": cp.addr, "CONFIG_GRPC_XDS_NODE_ID": egNode,
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": tlsCrt, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": tlsKey,
 		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": ca.File,
-		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": tlsCrt, "GRPC_SERVER_TLS_KEY": tlsKey, "GRPC_SERVER_TLS_CA_CERT": ca.File,
+		"GRPC_SERVER_USE_TLS":               "true", "GRPC_SERVER_TLS_CERT": tlsCrt, "GRPC_SERVER_TLS_KEY": tlsKey, "GRPC_SERVER_TLS_CA_CERT": ca.File,
 		"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis.Addr,
 		"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:" + promPort, "PROMETHEUS_MAPPER_YAML": mapper,
 		"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "envoy-ratelimit", "TRACING_SERVICE_NAMESPACE": "envoy-gateway-system",
@@ -367,7 +367,9 @@ func TestEnvoyGatewayEnvironment(t *testing.T) {
 		t.Errorf("the decision's span: %+v", decision)
 	}
 	waitWithin(t, "the store call's span", 15*time.Second, func() bool {
-		return len(otlp.find(func(sp receivedSpan) bool { return sp.parentID == decision.spanID && strings.HasPrefix(sp.name, "floodgate.store ") })) > 0
+		return len(otlp.find(func(sp receivedSpan) bool {
+			return sp.parentID == decision.spanID && strings.HasPrefix(sp.name, "floodgate.store ")
+		})) > 0
 	})
 	if n := len(otlp.find(func(sp receivedSpan) bool {
 		return sp.name == decision.name && sp.attributes["floodgate.envoy.domain"] == "default/eg/http"
