@@ -53,12 +53,17 @@ type EnvoySettings struct {
 // envoyFront when it traces or waits for xDS), and reports it serving
 // under the reference service's health check name, "ratelimit".
 func (s *Server) registerEnvoy() {
-	if s.tracer != nil || s.xds != nil {
-		rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, envoyFront{s: s})
-	} else {
-		s.envoy.Register(s.grpcSrv)
-	}
+	rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, s.rateLimitServer())
 	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
+}
+
+// rateLimitServer is what serves ShouldRateLimit: the Envoy service, or
+// envoyFront when there is more to do than decide.
+func (s *Server) rateLimitServer() rlsv3.RateLimitServiceServer {
+	if s.tracer != nil || s.xds != nil {
+		return envoyFront{s: s}
+	}
+	return s.envoy
 }
 
 // openEnvoy loads EnvoyConfigDir, or prepares the xDS client, and builds

@@ -60,6 +60,7 @@ type certFiles struct {
 	what                      string // for logs: "gRPC listener", "xDS client"
 	certFile, keyFile, caFile string
 	logger                    *slog.Logger
+	every                     time.Duration // how often to look at the files: certRecheck; tests set 0
 
 	mu      sync.Mutex
 	checked time.Time
@@ -74,7 +75,7 @@ func loadCertFiles(what, certFile, keyFile, caFile string, logger *slog.Logger) 
 	if (certFile == "") != (keyFile == "") {
 		return nil, fmt.Errorf("%s TLS: a certificate needs its key, and a key its certificate (got certificate %q, key %q)", what, certFile, keyFile)
 	}
-	c := &certFiles{what: what, certFile: certFile, keyFile: keyFile, caFile: caFile, logger: logger}
+	c := &certFiles{what: what, certFile: certFile, keyFile: keyFile, caFile: caFile, logger: logger, every: certRecheck}
 	sum, err := c.read()
 	if err != nil {
 		return nil, fmt.Errorf("%s TLS: %w", what, err)
@@ -126,7 +127,7 @@ func (c *certFiles) read() ([]byte, error) {
 func (c *certFiles) current() (*tls.Certificate, *x509.CertPool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := time.Now(); now.Sub(c.checked) >= certRecheck {
+	if now := time.Now(); now.Sub(c.checked) >= c.every {
 		c.checked = now
 		c.recheck()
 	}
