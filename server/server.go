@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -496,8 +495,8 @@ func (s *Server) reload() error {
 		if err := checkRemovals(s.limiters.Load(), c); err != nil {
 			return err
 		}
-		if !reflect.DeepEqual(c.Store, s.Config.Store) {
-			s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
+		for _, section := range startOnlyChanges(s.Config, c) {
+			s.Logger.Warn("config reload: the "+section+" section changed; restart the service to apply it",
 				"file", s.ConfigPath)
 		}
 	}
