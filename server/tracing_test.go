@@ -46,7 +46,7 @@ func childOf(rec *tracetest.SpanRecorder, sp sdktrace.ReadOnlySpan) []sdktrace.R
 func attrs(sp sdktrace.ReadOnlySpan) map[attribute.Key]string {
 	out := map[attribute.Key]string{}
 	for _, kv := range sp.Attributes() {
-		out[kv.Key] = kv.Value.Emit()
+		out[kv.Key] = kv.Value.String()
 	}
 	return out
 }
