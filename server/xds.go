@@ -275,15 +275,13 @@ func (c *xdsClient) stream() (got bool, err error) {
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: envoy.ResourceType, VersionInfo: version}); err != nil {
 		return false, err
 	}
+	c.connected.Set(1)
+	c.setState(func(st *xdsState) { st.Connected, st.LastError = true, "" })
+	c.s.Logger.Info("xDS: subscribed", "server", c.cfg.Server, "node_id", c.cfg.NodeID, "version", version)
 	for {
 		resp, err := st.Recv()
 		if err != nil {
 			return got, err
-		}
-		if !got {
-			c.connected.Set(1)
-			c.setState(func(st *xdsState) { st.Connected, st.LastError = true, "" })
-			c.s.Logger.Info("xDS: connected to the management server", "server", c.cfg.Server, "node_id", c.cfg.NodeID)
 		}
 		got = true
 		req := &discoveryv3.DiscoveryRequest{TypeUrl: envoy.ResourceType, ResponseNonce: resp.GetNonce()}
