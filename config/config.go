@@ -54,6 +54,14 @@ type Config struct {
 	// Routes are the named candidate lists of POST /v1/select, in file
 	// order, with unique names; every candidate names one of Limiters.
 	Routes []Route
+	// EnvoyXDS, when set (envoy.xds), receives the Envoy domains from an
+	// xDS management server; limiters are then optional.
+	EnvoyXDS *XDS
+	// GRPCTLS, when set (grpc.tls), serves the gRPC listener over TLS of
+	// its own.
+	GRPCTLS *ListenerTLS
+	// Tracing, when set (tracing), exports OpenTelemetry traces.
+	Tracing *Tracing
 }
 
 // Store selects the store. Exactly one of Memory and Redis is set; Memory

@@ -63,10 +63,21 @@ func (d *decoder) decode(data []byte) *Config {
 		return nil
 	}
 	root := doc.Content[0]
-	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes", "removed_limiters")
+	f := d.mapping(root, "", "store", "failure_policy", "breaker", "limiters", "token_classes", "routes", "removed_limiters",
+		"envoy", "grpc", "tracing")
 	if f == nil {
 		return nil
 	}
+	if n := f["envoy"]; n != nil {
+		d.envoySection(n, c)
+	}
+	if n := f["grpc"]; n != nil {
+		d.grpcSection(n, c)
+	}
+	if n := f["tracing"]; n != nil {
+		d.tracingSection(n, c)
+	}
+	envoyDomains := d.opts.EnvoyDomains || c.EnvoyXDS != nil
 	if n := f["store"]; n != nil {
 		d.store(n, "store", &c.Store)
 	}
@@ -81,10 +92,10 @@ func (d *decoder) decode(data []byte) *Config {
 	switch n := f["limiters"]; {
 	case n != nil:
 		items = d.sequence(n, "limiters")
-		if items != nil && len(items) == 0 && !d.opts.EnvoyDomains {
+		if items != nil && len(items) == 0 && !envoyDomains {
 			d.errorf(n, "limiters", "must hold at least one limiter")
 		}
-	case !d.opts.EnvoyDomains:
+	case !envoyDomains:
 		d.errorf(root, "limiters", "must hold at least one limiter")
 		return c
 	}

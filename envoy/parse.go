@@ -68,20 +68,26 @@ func parse(name string, data []byte) (f *File, err error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, &ConfigError{File: name, Reason: strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
-	f = &File{Name: name, root: newNode()}
 	if len(doc.Content) == 0 {
 		return nil, &ConfigError{File: name, Field: "domain", Reason: "empty file: want a domain"}
 	}
-	root := doc.Content[0]
+	return p.document(doc.Content[0])
+}
+
+// document reads a file's root mapping, from a file or made from an xDS
+// resource (xds.go).
+func (p *parser) document(root *yaml.Node) (*File, error) {
+	f := &File{Name: p.file, root: newNode()}
 	if !p.mapping(&root, "") {
 		return nil, p.err()
 	}
 	var descs *yaml.Node
+	named := false
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
 		case "domain":
-			f.Domain, f.line = p.str(v, "domain"), k.Line
+			f.Domain, f.line, named = p.str(v, "domain"), k.Line, true
 			if f.Domain == "" {
 				p.fail(v, "domain", "must not be empty")
 			}
@@ -91,7 +97,7 @@ func parse(name string, data []byte) (f *File, err error) {
 			p.unknown(k, "", "domain", "descriptors")
 		}
 	}
-	if f.line == 0 {
+	if !named {
 		p.fail(root, "domain", "missing: every file configures one domain")
 	}
 	if descs != nil {
@@ -270,7 +276,11 @@ func (p *parser) descriptors(parent *node, list *yaml.Node, field, parentPath st
 		}
 		path := yamlnode.Join(parentPath, final)
 		if prev := composite[final]; prev != nil {
-			p.fail(keyNode, f, "duplicate descriptor %q (also at line %d)", path, prev.Line)
+			if prev.Line > 0 {
+				p.fail(keyNode, f, "duplicate descriptor %q (also at line %d)", path, prev.Line)
+			} else {
+				p.fail(keyNode, f, "duplicate descriptor %q", path)
+			}
 			continue
 		}
 		composite[final] = keyNode

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/floodgate-go/floodgate"
@@ -64,18 +65,36 @@ type EnvoySettings struct {
 	RequireDomains bool
 }
 
-// registerEnvoy puts the Envoy service on the gRPC server, and reports it
-// serving under the reference service's health check name, "ratelimit".
+// registerEnvoy puts the Envoy service on the gRPC server (behind
+// envoyFront when it traces or waits for xDS), and reports it serving
+// under the reference service's health check name, "ratelimit".
 func (s *Server) registerEnvoy() {
-	s.envoy.Register(s.grpcSrv)
+	rlsv3.RegisterRateLimitServiceServer(s.grpcSrv, s.rateLimitServer())
 	s.health.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 }
 
-// openEnvoy loads EnvoyConfigDir and builds the Envoy service.
+// rateLimitServer is what serves ShouldRateLimit: the Envoy service, or
+// envoyFront when there is more to do than decide.
+func (s *Server) rateLimitServer() rlsv3.RateLimitServiceServer {
+	if s.tracer != nil || s.xds != nil {
+		return envoyFront{s: s}
+	}
+	return s.envoy
+}
+
+// openEnvoy loads EnvoyConfigDir, or prepares the xDS client, and builds
+// the Envoy service.
 func (s *Server) openEnvoy() error {
-	cfg, err := envoy.LoadDir(s.EnvoyConfigDir)
-	if err != nil {
-		return err
+	var cfg *envoy.Config // none until the first push, with xDS
+	if s.EnvoyXDS != nil {
+		if err := s.openXDS(); err != nil {
+			return err
+		}
+	} else {
+		var err error
+		if cfg, err = envoy.LoadDir(s.EnvoyConfigDir); err != nil {
+			return err
+		}
 	}
 	opts, err := s.envoyOptions(s.Config)
 	if err != nil {
@@ -90,7 +109,9 @@ func (s *Server) openEnvoy() error {
 		return err
 	}
 	s.envoy = svc
-	s.Logger.Info("envoy rate limit configuration loaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(cfg.Domains(), ","))
+	if cfg != nil {
+		s.Logger.Info("envoy rate limit configuration loaded", "dir", s.EnvoyConfigDir, "domains", strings.Join(cfg.Domains(), ","))
+	}
 	return nil
 }
 

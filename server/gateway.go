@@ -221,6 +221,10 @@ func (s *Server) handleSelect(w http.ResponseWriter, r *http.Request) *httpError
 	}
 
 	sel := gateway.Select(r.Context(), cands)
+	if len(sel.Attempts) > 0 {
+		last := &sel.Attempts[len(sel.Attempts)-1]
+		s.traceDecision(r.Context(), cands[last.Index].Limiter.Name(), len(last.Rules), sel.Allowed)
+	}
 	out := selectResponse{
 		Allowed: sel.Allowed, Index: -1, RetryAfterMS: millis(sel.RetryAfter), Never: sel.Never,
 		Capped: sel.Capped, Skipped: make([]skippedResponse, 0, sel.Capped),
@@ -340,6 +344,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 	if err != nil {
 		return badRequest(err.Error())
 	}
+	s.traceDecision(r.Context(), l.Name(), len(o.Rules), o.Allowed)
 	writeJSON(w, http.StatusOK, s.respond(&o.Decision, o.Rules, ""))
 	return nil
 }

@@ -71,6 +71,7 @@ func (s *Server) AdminEndpoints() []string {
 // with httptest).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	traced := map[string]bool{"check": true, "record": true, "select": true, "refund": true, "json": true}
 	for _, rt := range s.routes(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})) {
 		switch rt.access {
 		case admin:
@@ -78,7 +79,11 @@ func (s *Server) Handler() http.Handler {
 		case adminPage:
 			rt.handler = s.adminPage(rt.handler)
 		}
-		mux.Handle(rt.path, s.instrumented(rt.name, rt))
+		h := s.instrumented(rt.name, rt)
+		if traced[rt.name] {
+			h = s.tracedHTTP(rt.path, h)
+		}
+		mux.Handle(rt.path, h)
 	}
 	mux.Handle("/", s.instrumented("other", route{handler: func(w http.ResponseWriter, r *http.Request) *httpError {
 		return &httpError{status: http.StatusNotFound, kind: kindNotFound, detail: fmt.Sprintf("no endpoint %s; see docs/http-api.md", r.URL.Path)}
@@ -270,6 +275,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError 
 	if err != nil {
 		return badRequest(err.Error())
 	}
+	s.traceDecision(r.Context(), a.l.Name(), len(o.Rules), o.Allowed)
 	ticket, e := s.seal(o.Ticket())
 	if e != nil {
 		return e

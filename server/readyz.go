@@ -85,6 +85,9 @@ type configStatus struct {
 	// configuration loaded at LoadedAt keeps serving meanwhile.
 	LastReloadError    string     `json:"last_reload_error,omitempty"`
 	LastReloadFailedAt *time.Time `json:"last_reload_failed_at,omitempty"`
+	// XDS is the state of the xDS client that configures the Envoy
+	// domains, when one does.
+	XDS *xdsState `json:"xds,omitempty"`
 }
 
 type storeStatus struct {
@@ -117,6 +120,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) *httpError
 		}
 	}
 	status := http.StatusOK
+	if s.xds != nil && !s.xds.ready() {
+		out.Status = "waiting for the first xDS configuration"
+		status = http.StatusServiceUnavailable
+	}
 	select {
 	case <-s.done:
 		out.Status = "shutting down"
@@ -135,6 +142,9 @@ func (s *Server) configStatus() configStatus {
 	if s.envoy != nil {
 		n := len(s.envoy.Config().Domains())
 		out.EnvoyDomains = &n
+	}
+	if s.xds != nil {
+		out.XDS = s.xds.snapshot()
 	}
 	if st.err != nil {
 		out.LastReloadError = st.err.Error()

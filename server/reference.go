@@ -30,6 +30,9 @@ func (s *Server) handleHealthcheck(w http.ResponseWriter, r *http.Request) *http
 	if s.Envoy.RequireDomains && (s.envoy == nil || len(s.envoy.Config().Domains()) == 0) {
 		healthy = false
 	}
+	if s.xds != nil && !s.xds.ready() {
+		healthy = false // waiting for the first xDS push
+	}
 	if !healthy {
 		w.WriteHeader(http.StatusInternalServerError)
 		return nil
@@ -57,7 +60,7 @@ func (s *Server) handleJSON(w http.ResponseWriter, r *http.Request) *httpError {
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		return badRequest("the body is not an Envoy RateLimitRequest in JSON: " + err.Error())
 	}
-	resp, err := s.envoy.ShouldRateLimit(r.Context(), &req)
+	resp, err := s.shouldRateLimit(r.Context(), &req)
 	if err != nil {
 		return badRequest(status.Convert(err).Message())
 	}

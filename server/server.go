@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -72,9 +72,14 @@ type Server struct {
 	HTTPAddr string
 	GRPCAddr string
 	// TLSCertFile and TLSKeyFile, when both set, serve both listeners over
-	// TLS.
+	// TLS. The files are read again when they change.
 	TLSCertFile string
 	TLSKeyFile  string
+	// GRPCTLS, when set, serves the gRPC listener over TLS of its own
+	// (client certificates required when it names a CA), and leaves the
+	// HTTP listener to TLSCertFile: plain text without it, as the probes
+	// of the reference service's deployments expect.
+	GRPCTLS *ListenerTLS
 
 	// AdminToken guards the admin endpoints (AdminEndpoints lists them)
 	// as a bearer token. When empty, they answer 403.
@@ -117,8 +122,14 @@ type Server struct {
 	// never lifts its domain's limits. 0 means DefaultEnvoyRemoveAfter; a
 	// negative value removes the domain on the first reload that misses it.
 	EnvoyRemoveAfter time.Duration
+	// EnvoyXDS, when set, receives the Envoy domains from an xDS
+	// management server instead of EnvoyConfigDir (xds.go).
+	EnvoyXDS *EnvoyXDS
 	// Envoy tunes the Envoy service further; see EnvoySettings.
 	Envoy EnvoySettings
+	// TracerProvider, when set, traces every decision and store call
+	// (OpenTelemetry; tracing.go). nil traces nothing, at no cost.
+	TracerProvider trace.TracerProvider
 	// GRPCServices register further services on the gRPC server before it
 	// starts.
 	GRPCServices []func(grpc.ServiceRegistrar)
@@ -157,6 +168,8 @@ type Server struct {
 	closeOnce      sync.Once
 	closeErr       error
 	watcher        *watcher
+	xds            *xdsClient // when EnvoyXDS is set
+	tracer         trace.Tracer
 }
 
 // limiterSet is one configuration's limiters, with the gateway sections
@@ -216,6 +229,9 @@ func (s *Server) Open() error {
 	s.live = newLive(s.Clock)
 	_, inProcess := s.Store.(store.Binder) // only in-process stores bind
 	s.remote = !inProcess
+	if s.TracerProvider != nil {
+		s.tracer = s.TracerProvider.Tracer(tracerName)
+	}
 	if s.remote {
 		if err := s.registerGrants(); err != nil {
 			return err
@@ -226,9 +242,9 @@ func (s *Server) Open() error {
 		return err
 	}
 	s.limiters.Store(set)
-	if s.EnvoyConfigDir != "" {
+	if s.EnvoyConfigDir != "" || s.EnvoyXDS != nil {
 		if s.GRPCAddr == "-" {
-			return errors.New("server: EnvoyConfigDir needs the gRPC listener")
+			return errors.New("server: Envoy domains (EnvoyConfigDir, EnvoyXDS) need the gRPC listener")
 		}
 		if err := s.openEnvoy(); err != nil {
 			return err
@@ -238,6 +254,10 @@ func (s *Server) Open() error {
 	m.reloadOK(time.Now())
 
 	tlsConfig, err := s.tlsConfig()
+	if err != nil {
+		return err
+	}
+	grpcTLS, err := s.grpcTLSConfig(tlsConfig)
 	if err != nil {
 		return err
 	}
@@ -274,8 +294,8 @@ func (s *Server) Open() error {
 			grpc.ChainUnaryInterceptor(s.metrics.unaryInterceptor),
 			grpc.ChainStreamInterceptor(s.metrics.streamInterceptor),
 		}
-		if tlsConfig != nil {
-			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		if grpcTLS != nil {
+			opts = append(opts, grpc.Creds(credentials.NewTLS(grpcTLS)))
 		}
 		if w := s.GRPCStreamWorkers; w >= 0 {
 			if w == 0 {
@@ -303,6 +323,7 @@ func (s *Server) Open() error {
 		}
 	}
 	s.done = make(chan struct{})
+	s.startXDS()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -329,15 +350,7 @@ func (s *Server) tlsConfig() (*tls.Config, error) {
 	if s.TLSCertFile == "" || s.TLSKeyFile == "" {
 		return nil, errors.New("server: TLS needs both a certificate and a key file")
 	}
-	cert, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("server: TLS: %w", err)
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		MinVersion:   tls.VersionTLS12,
-		NextProtos:   []string{"h2", "http/1.1"},
-	}, nil
+	return s.listenerTLS("listeners'", &ListenerTLS{CertFile: s.TLSCertFile, KeyFile: s.TLSKeyFile}, []string{"h2", "http/1.1"})
 }
 
 // HTTPAddress returns the HTTP listener's bound address (after Open).
@@ -378,6 +391,7 @@ func (s *Server) Close() error {
 		if s.watcher != nil {
 			s.watcher.close()
 		}
+		s.stopXDS()
 		s.stopEnvoyKeep()
 		if s.health != nil {
 			s.health.Shutdown()
@@ -503,8 +517,8 @@ func (s *Server) reload() error {
 		if err := checkRemovals(s.limiters.Load(), c); err != nil {
 			return err
 		}
-		if !reflect.DeepEqual(c.Store, s.Config.Store) {
-			s.Logger.Warn("config reload: the store section changed; restart the service to apply it",
+		for _, section := range startOnlyChanges(s.Config, c) {
+			s.Logger.Warn("config reload: the "+section+" section changed; restart the service to apply it",
 				"file", s.ConfigPath)
 		}
 	}
@@ -513,12 +527,15 @@ func (s *Server) reload() error {
 		return err
 	}
 	if s.envoy != nil {
-		ecfg, err := envoy.LoadDir(s.EnvoyConfigDir)
-		if err != nil {
-			s.retire(set)
-			return err
+		ecfg := s.envoy.Config() // the domains last pushed over xDS
+		if s.EnvoyXDS == nil {
+			var err error
+			if ecfg, err = envoy.LoadDir(s.EnvoyConfigDir); err != nil {
+				s.retire(set)
+				return err
+			}
+			ecfg = s.keepMissing(ecfg, time.Now())
 		}
-		ecfg = s.keepMissing(ecfg, time.Now())
 		// Update changes nothing when it fails, so it goes before the
 		// limiters are swapped: a rejected reload swaps neither.
 		opts, err := s.envoyOptions(c)

@@ -13,14 +13,15 @@ import (
 )
 
 // The service's limiters decide on chains of stores. Over a remote store
-// (Redis), a limiter's chain is, from the top: the metrics' timing, the
+// (Redis), a limiter's chain is, from the top: a span per call when the
+// service traces, the metrics' timing, the
 // quota grants of its rules that ask for them (store/grant), a guard of
 // its deadline and breaker with the fallback (store/guard), and Store
 // (the over-limit cache and Redis, as cmd/floodgate builds it). Each
 // limiter of the configuration has a chain of its own, made with it; the
 // Envoy domains share one per deadline and breaker. Over an in-process
 // store (one that binds, as the memory store does), every chain is the
-// store, timed.
+// store, timed (and traced).
 
 // retireAfter is how long a reload leaves the replaced limiters' grants
 // before giving them back: decisions that started on the old limiters
@@ -60,7 +61,7 @@ func (c *chain) close() {
 // when granted.
 func (s *Server) newChain(p policy, granted bool) (*chain, error) {
 	if !s.remote {
-		return &chain{store: s.metrics.instrument(s.Store)}, nil
+		return &chain{store: s.traced(s.metrics.instrument(s.Store))}, nil
 	}
 	g, err := guard.New(s.Store, &guard.Options{
 		Timeout: p.deadline, Breaker: p.breaker, Fallback: s.Fallback,
@@ -74,7 +75,7 @@ func (s *Server) newChain(p policy, granted bool) (*chain, error) {
 		c.grant = grant.New(g, nil)
 		c.store = c.grant
 	}
-	c.store = s.metrics.instrument(c.store)
+	c.store = s.traced(s.metrics.instrument(c.store))
 	s.grants.add(c.grant)
 	return c, nil
 }

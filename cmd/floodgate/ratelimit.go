@@ -108,6 +108,9 @@ type reference struct {
 	redis       *redis.Options
 	config      *config.Config
 	envoy       server.EnvoySettings
+	grpcTLS     *server.ListenerTLS // GRPC_SERVER_USE_TLS
+	xds         *server.EnvoyXDS    // CONFIG_TYPE=GRPC_XDS_SOTW; nil: the runtime directory
+	tracing     *tracing            // TRACING_ENABLED
 }
 
 func (m *Main) ratelimit(ctx context.Context, args []string) int {
@@ -183,6 +186,7 @@ func readReference(getenv func(string) string, logOut io.Writer) (*reference, er
 		r.envoy.Headers = h
 	}
 	r.redis, r.config = e.redis(logger)
+	r.grpcTLS, r.xds, r.tracing = e.grpcTLS(), e.xds(), e.tracing()
 	if len(e.errs) > 0 {
 		return nil, errors.New(strings.Join(e.errs, "; "))
 	}
@@ -350,7 +354,7 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 		Store:            withDenyCache(store, r.config.Store.Redis.DenyCacheSize),
 		HTTPAddr:         r.httpAddr,
 		GRPCAddr:         r.grpcAddr,
-		EnvoyConfigDir:   r.dir,
+		GRPCTLS:          r.grpcTLS,
 		EnvoyRemoveAfter: r.removeAfter,
 		Envoy:            r.envoy,
 		AdminToken:       m.Getenv("FLOODGATE_ADMIN_TOKEN"),
@@ -361,6 +365,22 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	}
 	if srv.AdminToken == "" {
 		logger.Info(adminOff(srv, "FLOODGATE_ADMIN_TOKEN"))
+	}
+	source := r.dir
+	if r.xds != nil {
+		srv.EnvoyXDS, source = r.xds, "xds "+r.xds.Server
+	} else {
+		srv.EnvoyConfigDir = r.dir
+	}
+	if r.tracing != nil {
+		tp, err := newTracerProvider(ctx, r.tracing, m.Getenv, logger)
+		if err != nil {
+			return err
+		}
+		defer shutdownTracing(tp, logger)
+		if tp != nil {
+			srv.TracerProvider = tp
+		}
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -403,13 +423,13 @@ func (m *Main) runReference(ctx context.Context, r *reference) error {
 	}
 	stopRoot := make(chan struct{})
 	defer close(stopRoot)
-	if r.watchRoot {
+	if r.watchRoot && r.xds == nil {
 		go followRoot(r.dir, target, srv, logger, stopRoot)
 	}
 	// Logged at warn, the reference's default level, like its listening
 	// lines; tests wait for it.
 	logger.Warn("listening", "http", srv.HTTPAddress(), "grpc", srv.GRPCAddress(), "debug", r.debugAddr,
-		"envoy_dir", r.dir, "store", describeRedis(r.config.Store.Redis), "mode", "reference environment")
+		"envoy_config", source, "grpc_tls", r.grpcTLS != nil, "store", describeRedis(r.config.Store.Redis), "mode", "reference environment")
 	for {
 		select {
 		case <-ctx.Done():

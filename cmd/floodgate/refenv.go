@@ -38,31 +38,32 @@ var referenceEnv = []envVar{
 	{"GRPC_UDS", "", refused, "floodgate listens for gRPC on TCP only"},
 	{"GRPC_MAX_CONNECTION_AGE", "24h", ignored, "floodgate does not age gRPC connections out"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "1h", ignored, "floodgate does not age gRPC connections out"},
-	{"GRPC_SERVER_USE_TLS", "false", refused, "floodgate's TLS (serve --tls-cert) covers the HTTP listener too, which the reference's probes expect in plain text"},
-	{"GRPC_SERVER_TLS_CERT", "", ignored, "only used with GRPC_SERVER_USE_TLS"},
-	{"GRPC_SERVER_TLS_KEY", "", ignored, "only used with GRPC_SERVER_USE_TLS"},
-	{"GRPC_CLIENT_TLS_CACERT", "", ignored, "only used with GRPC_SERVER_USE_TLS"},
-	{"GRPC_CLIENT_TLS_SAN", "", ignored, "only used with GRPC_SERVER_USE_TLS"},
+	{"GRPC_SERVER_USE_TLS", "false", honoured, "TLS on the gRPC listener; the HTTP listener (the probes' /healthcheck) stays plain text"},
+	{"GRPC_SERVER_TLS_CERT", "", honoured, "the gRPC listener's certificate chain file, read again when it changes"},
+	{"GRPC_SERVER_TLS_KEY", "", honoured, "its key file, read again when it changes"},
+	{"GRPC_CLIENT_TLS_CACERT", "", honoured, "with it, clients must present a certificate that chains to these CA certificates"},
+	{"GRPC_SERVER_TLS_CA_CERT", "", honoured, "floodgate only: Envoy Gateway's name for GRPC_CLIENT_TLS_CACERT (which the reference reads, and not this one): client certificates required"},
+	{"GRPC_CLIENT_TLS_SAN", "", honoured, "a DNS name the client certificate must hold"},
 	{"LOG_LEVEL", "WARN", honoured, "trace and debug log at debug, fatal and panic at error"},
 	{"LOG_FORMAT", "text", honoured, "text or json (floodgate's field names)"},
 
-	{"CONFIG_TYPE", "FILE", refused, "only FILE: floodgate has no xDS configuration client"},
-	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", ignored, "floodgate loads the configuration directory before it listens; a missing directory stops the start"},
-	{"CONFIG_GRPC_XDS_NODE_ID", "default", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_NODE_METADATA", "", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", ignored, "xDS configuration is not supported"},
-	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", ignored, "xDS configuration is not supported"},
-	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", ignored, "xDS configuration is not supported"},
-	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", ignored, "xDS configuration is not supported"},
-	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", ignored, "xDS configuration is not supported"},
-	{"XDS_CLIENT_BACKOFF_JITTER", "true", ignored, "xDS configuration is not supported"},
-	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", ignored, "xDS configuration is not supported"},
+	{"CONFIG_TYPE", "FILE", honoured, "FILE (the runtime directory) or GRPC_XDS_SOTW (an xDS management server, as Envoy Gateway runs it)"},
+	{"FORCE_START_WITHOUT_INITIAL_CONFIG", "false", honoured, "with GRPC_XDS_SOTW: healthy before the first push (decisions then answer the reference's \"no rate limit configuration loaded\"); without it /healthcheck fails until then. With FILE the directory is loaded before the listeners open"},
+	{"CONFIG_GRPC_XDS_NODE_ID", "default", honoured, "the node id the management server knows this service by"},
+	{"CONFIG_GRPC_XDS_NODE_METADATA", "", honoured, "the node's metadata: key=value pairs, comma-separated"},
+	{"CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", honoured, "the management server's address"},
+	{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3s", ignored, "the waits between connection attempts follow XDS_CLIENT_BACKOFF_*"},
+	{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", honoured, "gRPC metadata of the stream: key:value pairs, comma-separated"},
+	{"CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", honoured, "TLS to the management server"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", honoured, "client certificate file (mTLS), read again when it changes"},
+	{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", honoured, "its key file"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", honoured, "CA certificates the management server's certificate must chain to (default: the system roots)"},
+	{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", honoured, "the name the management server's certificate must hold, instead of its host"},
+	{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", mapped, "the first wait before reconnecting, doubling up to XDS_CLIENT_BACKOFF_MAX_INTERVAL; unset, floodgate starts at 1s"},
+	{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", honoured, "the longest wait before reconnecting"},
+	{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", ignored, "each wait is drawn between its half and itself"},
+	{"XDS_CLIENT_BACKOFF_JITTER", "true", ignored, "the waits are always jittered"},
+	{"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "", honoured, "the largest push accepted (default 4 MiB)"},
 
 	{"USE_STATSD", "true", ignored, "statsd is not supported: floodgate's Prometheus metrics are at /metrics on PORT (and PROMETHEUS_ADDR)"},
 	{"STATSD_HOST", "localhost", ignored, "statsd is not supported"},
@@ -75,7 +76,7 @@ var referenceEnv = []envVar{
 	{"USE_PROMETHEUS", "false", honoured, "also serve the metrics at PROMETHEUS_ADDR and PROMETHEUS_PATH (floodgate's metric names, docs/metrics.md)"},
 	{"PROMETHEUS_ADDR", ":9090", honoured, "with USE_PROMETHEUS"},
 	{"PROMETHEUS_PATH", "/metrics", honoured, "with USE_PROMETHEUS"},
-	{"PROMETHEUS_MAPPER_YAML", "", ignored, "floodgate's metrics are Prometheus-native: no statsd mapping"},
+	{"PROMETHEUS_MAPPER_YAML", "", ignored, "accepted and not read: floodgate's metrics are Prometheus-native, under the names docs/metrics.md lists, with no statsd names to map"},
 	{"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false", ignored, "floodgate's latency histograms are in seconds"},
 
 	{"RUNTIME_ROOT", "/srv/runtime_data/current", honoured, "the configuration directory is RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY"},
@@ -145,12 +146,12 @@ var referenceEnv = []envVar{
 	{"QUOTA_MODE", "false", refused, "floodgate has no quota mode"},
 	{"RESPONSE_DYNAMIC_METADATA", "false", ignored, "floodgate returns no dynamic metadata"},
 	{"MERGE_DOMAIN_CONFIG", "false", ignored, "floodgate never merges: a domain in two files is an error"},
-	{"TRACING_ENABLED", "false", ignored, "floodgate does not export traces"},
-	{"TRACING_SERVICE_NAME", "RateLimit", ignored, "see TRACING_ENABLED"},
-	{"TRACING_SERVICE_NAMESPACE", "", ignored, "see TRACING_ENABLED"},
-	{"TRACING_SERVICE_INSTANCE_ID", "", ignored, "see TRACING_ENABLED"},
-	{"TRACING_EXPORTER_PROTOCOL", "http", ignored, "see TRACING_ENABLED"},
-	{"TRACING_SAMPLING_RATE", "1", ignored, "see TRACING_ENABLED"},
+	{"TRACING_ENABLED", "false", honoured, "OpenTelemetry traces over OTLP to OTEL_EXPORTER_OTLP_ENDPOINT: a span per decision and per store call"},
+	{"TRACING_SERVICE_NAME", "RateLimit", honoured, "service.name; unset, OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names the service first"},
+	{"TRACING_SERVICE_NAMESPACE", "", honoured, "service.namespace"},
+	{"TRACING_SERVICE_INSTANCE_ID", "", honoured, "service.instance.id (default: a random id per process)"},
+	{"TRACING_EXPORTER_PROTOCOL", "http", honoured, "http (OTLP/HTTP protobuf) or grpc; unset, OTEL_EXPORTER_OTLP_PROTOCOL decides first"},
+	{"TRACING_SAMPLING_RATE", "1", honoured, "share of the traces sampled (a caller's sampled traceparent is followed); unset, OTEL_TRACES_SAMPLER decides first"},
 
 	// floodgate's own.
 	{"FLOODGATE_STORE_DEADLINE", "", honoured, "floodgate only: how long a decision waits for Redis before the failure policy (open) decides; default REDIS_TIMEOUT"},
@@ -163,11 +164,14 @@ var referenceEnv = []envVar{
 // knownEnvVar reports whether floodgate reads, or knowingly ignores, the
 // environment variable name: the reference service's variables and
 // floodgate's own. The Go runtime's (GOMAXPROCS, GOMEMLIMIT, GOGC,
-// GODEBUG) are known too.
+// GODEBUG) and OpenTelemetry's (OTEL_*) are known too.
 func knownEnvVar(name string) bool {
 	switch name {
 	case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG":
 		return true
+	}
+	if strings.HasPrefix(name, "OTEL_") {
+		return true // OpenTelemetry's own, read by its SDK (docs/envoy.md)
 	}
 	return lookupEnvVar(name) != nil
 }

@@ -67,18 +67,24 @@ func TestReadReference(t *testing.T) {
 		t.Errorf("cluster: %v %v", r.redis.Cluster, err)
 	}
 	for env, want := range map[string]string{
-		"LOG_LEVEL=loud":           `LOG_LEVEL="loud"`,
-		"PORT=http":                `PORT="http"`,
-		"REDIS_TLS=yes":            `REDIS_TLS="yes"`,
-		"QUOTA_MODE=true":          "QUOTA_MODE=true: not supported",
-		"REDIS_TIMEOUT=soon":       `REDIS_TIMEOUT="soon"`,
-		"GRPC_SERVER_USE_TLS=true": "GRPC_SERVER_USE_TLS=true: not supported",
+		"LOG_LEVEL=loud":             `LOG_LEVEL="loud"`,
+		"PORT=http":                  `PORT="http"`,
+		"REDIS_TLS=yes":              `REDIS_TLS="yes"`,
+		"QUOTA_MODE=true":            "QUOTA_MODE=true: not supported",
+		"REDIS_TIMEOUT=soon":         `REDIS_TIMEOUT="soon"`,
+		"GRPC_SERVER_USE_TLS=true":   "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+		"CONFIG_TYPE=GRPC_XDS_DELTA": `CONFIG_TYPE="GRPC_XDS_DELTA": want FILE or GRPC_XDS_SOTW`,
+		"TRACING_ENABLED=true TRACING_EXPORTER_PROTOCOL=udp": `TRACING_EXPORTER_PROTOCOL="udp": want http (http/protobuf) or grpc`,
 		// REDIS_SOCKET_TYPE unset is unix: a host:port says what to set,
 		// rather than fail later as "dial unix: missing address".
 		"REDIS_URL=redis:6379": `REDIS_URL="redis:6379" is a host:port, but REDIS_SOCKET_TYPE is unix (the reference's default when it is unset): set REDIS_SOCKET_TYPE=tcp`,
 	} {
-		k, v, _ := strings.Cut(env, "=")
-		_, err := readReference(getenvOf(map[string]string{k: v}), &logs)
+		vars := map[string]string{}
+		for _, kv := range strings.Fields(env) {
+			k, v, _ := strings.Cut(kv, "=")
+			vars[k] = v
+		}
+		_, err := readReference(getenvOf(vars), &logs)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error containing %q", env, err, want)
 		}

@@ -304,7 +304,7 @@ func startReferenceProgram(t *testing.T, env map[string]string, program string, 
 		host, env[name] = freeAddr(t)
 		env[strings.TrimSuffix(name, "PORT")+"HOST"] = host
 	}
-	if _, ok := env["FLOODGATE_ENVOY_REMOVE_AFTER"]; !ok {
+	if _, ok := env["FLOODGATE_ENVOY_REMOVE_AFTER"]; !ok && env["CONFIG_TYPE"] != "GRPC_XDS_SOTW" {
 		// The reference's testConfigReload waits for a removed file's
 		// domain to go; floodgate keeps it for this long first.
 		env["FLOODGATE_ENVOY_REMOVE_AFTER"] = "1s"
@@ -333,9 +333,8 @@ func startReferenceProgram(t *testing.T, env map[string]string, program string, 
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			fmt.Fprintln(s.logs, sc.Text())
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "listening" {
-				s.http, s.grpc = "http://"+line["http"].(string), line["grpc"].(string)
+			if line := logLine(sc.Text()); line["msg"] == "listening" {
+				s.http, s.grpc = "http://"+line["http"], line["grpc"]
 				close(ready)
 			}
 		}
@@ -366,6 +365,40 @@ func startReferenceProgram(t *testing.T, env map[string]string, program string, 
 		t.Fatalf("HTTP on %s, want %s (HOST, PORT)", s.http, want)
 	}
 	return s
+}
+
+// logLine reads a log line of either format, JSON or text (key=value,
+// values quoted when they hold spaces), into its fields.
+func logLine(text string) map[string]string {
+	out := map[string]string{}
+	var js map[string]any
+	if json.Unmarshal([]byte(text), &js) == nil {
+		for k, v := range js {
+			out[k] = fmt.Sprint(v)
+		}
+		return out
+	}
+	for text != "" {
+		text = strings.TrimLeft(text, " ")
+		key, rest, ok := strings.Cut(text, "=")
+		if !ok {
+			break
+		}
+		value := rest
+		if strings.HasPrefix(rest, `"`) {
+			if q, err := strconv.QuotedPrefix(rest); err == nil {
+				value, _ = strconv.Unquote(q)
+				rest = rest[len(q):]
+			}
+		} else if i := strings.IndexByte(rest, ' '); i >= 0 {
+			value, rest = rest[:i], rest[i:]
+		} else {
+			rest = ""
+		}
+		out[key] = value
+		text = rest
+	}
+	return out
 }
 
 // referenceEnv is the reference integration test's settings: its runtime
@@ -503,7 +536,7 @@ func TestReferenceEnvironmentRefused(t *testing.T) {
 	if out, err := bare.CombinedOutput(); exitCode(err) != exitUsage || !strings.Contains(string(out), "Usage:") {
 		t.Errorf("no arguments, no reference environment: %v\n%s", err, out)
 	}
-	for _, kv := range [][2]string{{"BACKEND_TYPE", "memcache"}, {"CONFIG_TYPE", "GRPC_XDS_SOTW"}, {"GRPC_UDS", "/tmp/rl.sock"}, {"REDIS_TYPE", "RING"}} {
+	for _, kv := range [][2]string{{"BACKEND_TYPE", "memcache"}, {"CONFIG_TYPE", "GRPC_XDS_DELTA"}, {"GRPC_UDS", "/tmp/rl.sock"}, {"REDIS_TYPE", "RING"}} {
 		// Bare, and as the image's entrypoint (floodgate serve, no flags):
 		// both run as the reference, which refuses the setting.
 		for _, argv := range [][]string{nil, {"serve"}} {

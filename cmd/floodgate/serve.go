@@ -172,6 +172,11 @@ func (m *Main) runServe(ctx context.Context, f serveFlags, logger *slog.Logger) 
 	}
 	srv.EnvoyConfigDir = f.envoyDir
 	srv.EnvoyRemoveAfter = removeAfter(f.removeAfter)
+	flush, err := deploy(ctx, c, srv, m.Getenv, logger)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	if secret == "" {
 		logger.Info("no ticket secret set: tickets refund only on this instance; set FLOODGATE_TICKET_SECRET on every instance sharing a store")
 	}
