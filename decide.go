@@ -92,7 +92,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, attrs Attri
 	default:
 		d = verdict(&sh)
 	}
-	if o != nil || l.observer != nil || l.ruleObserver != nil {
+	if o != nil || l.observer != nil {
 		l.report(ctx, &sh, now, d, err == nil, o)
 	}
 	return d

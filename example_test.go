@@ -263,10 +263,10 @@ func ExampleFailurePolicy() {
 	// breaker: open
 }
 
-// A RuleObserver is told of each rule's part in each decision, by value:
-// here it counts every rule's denials per key. (The topkeys package keeps
-// such counts in bounded memory.)
-func ExampleRuleObserver() {
+// An Observer is told of each decision, by value, with each rule's part in
+// it: here it counts every rule's denials per key. (The topkeys package
+// keeps such counts in bounded memory.)
+func ExampleObserver() {
 	store := memory.New(nil)
 	defer store.Close()
 	denials := map[string]int{}
@@ -275,9 +275,11 @@ func ExampleRuleObserver() {
 		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"tenant"}},
 	}, &floodgate.Options{
 		Clock: floodgate.NewManualClock(exampleStart),
-		RuleObserver: func(_ context.Context, e floodgate.RuleEvent) {
-			if e.Denied {
-				denials[e.Rule+" "+e.Key]++
+		Observer: func(_ context.Context, e floodgate.Event) {
+			for _, r := range e.Rules() {
+				if r.Denied {
+					denials[r.Rule+" "+r.Key]++
+				}
 			}
 		},
 	})

@@ -51,21 +51,15 @@ type Options struct {
 	FailurePolicy FailurePolicy
 	// Shadow runs the whole limiter dark: every rule is a shadow rule.
 	Shadow bool
-	// Observer, when set, is called after every decision (consume, peek
-	// and record), for metrics and audit. Refunds and resets are not
-	// decisions and are not observed. An Event costs an allocation (its
-	// per-rule results are the observer's to keep).
+	// Observer, when set, is told of every decision (consume, peek and
+	// record), for metrics, top keys and audit. Refunds and resets are not
+	// decisions and are not told.
 	Observer Observer
-	// RuleObserver, when set, is called after every decision the Observer
-	// would be told of, once for each rule that took part in it, with a
-	// RuleEvent by value: what a per-key count (topkeys) needs, at no
-	// allocation.
-	RuleObserver RuleObserver
-	// ObserveSample, above 1, tells the observers of a random 1 in
+	// ObserveSample, above 1, tells the Observer of a random 1 in
 	// ObserveSample of the admitted decisions, and of every other one
 	// (denied, shadow-denied or failed); each event's Weight is how many
 	// decisions it stands for. Sampling spares most admitted decisions
-	// (the common case) what an event costs. 0 or 1 tells the observers of
+	// (the common case) what an event costs. 0 or 1 tells the Observer of
 	// every decision.
 	ObserveSample int
 	// Logger receives failure-policy decisions (at most one line a second
@@ -98,14 +92,13 @@ type Limiter struct {
 	byKey   bool
 	dynamic bool
 
-	clock        Clock
-	policy       FailurePolicy
-	shadow       bool
-	observer     Observer
-	ruleObserver RuleObserver
-	sample       uint32 // ObserveSample; 0 or 1: every decision
-	logger       *slog.Logger
-	opts         Options // as given to New, for views made with Only
+	clock    Clock
+	policy   FailurePolicy
+	shadow   bool
+	observer Observer
+	sample   uint32 // ObserveSample; 0 or 1: every decision
+	logger   *slog.Logger
+	opts     Options // as given to New, for views made with Only
 
 	held       *nameHold // the limiter's hold on its name (names.go)
 	batches    sync.Pool // of *store.Batch: a Batch crosses the Store interface, so it lives on the heap
@@ -141,17 +134,16 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		return nil, limiterError(name, "observe_sample", "must be between 0 and "+strconv.Itoa(maxObserveSample))
 	}
 	l := &Limiter{
-		name:         name,
-		store:        st,
-		byName:       make(map[string]*compiledRule, len(rules)),
-		clock:        opts.Clock,
-		policy:       opts.FailurePolicy,
-		shadow:       opts.Shadow,
-		observer:     opts.Observer,
-		ruleObserver: opts.RuleObserver,
-		sample:       uint32(opts.ObserveSample),
-		logger:       opts.Logger,
-		opts:         *opts,
+		name:     name,
+		store:    st,
+		byName:   make(map[string]*compiledRule, len(rules)),
+		clock:    opts.Clock,
+		policy:   opts.FailurePolicy,
+		shadow:   opts.Shadow,
+		observer: opts.Observer,
+		sample:   uint32(opts.ObserveSample),
+		logger:   opts.Logger,
+		opts:     *opts,
 	}
 	l.opts.Replaces = nil // a view (Only) must not keep the replaced limiter alive
 	if l.clock == nil {

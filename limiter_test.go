@@ -390,7 +390,7 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	l, _ := memLimiter(t, []floodgate.Rule{okRule()}, &floodgate.Options{
 		Observer: func(_ context.Context, e floodgate.Event) {
 			events = append(events, e)
-			seen = append(seen, e.Outcome.Decision)
+			seen = append(seen, e.Decision)
 		},
 	})
 	ctx := context.Background()
@@ -446,7 +446,7 @@ func TestObserveSample(t *testing.T) {
 	}, &floodgate.Options{
 		ObserveSample: 4,
 		Observer: func(_ context.Context, e floodgate.Event) {
-			d := e.Outcome.Decision
+			d := e.Decision
 			switch {
 			case !d.Allowed:
 				denied++

@@ -4,69 +4,81 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/floodgate-go/floodgate/store"
 )
 
-// Observer is called once per decision with what was decided, for metrics
-// and audit. The Event is the observer's to keep.
+// Observer is told of decisions (consume, peek and record; see
+// Options.Observer), for metrics, top keys and audit. The Event is the
+// observer's to keep.
 type Observer func(ctx context.Context, e Event)
 
-// Event describes one decision for an Observer. Its Outcome's tickets
-// refund nothing unless the decision was made by Decide (or on a limiter
-// with Concurrency rules): only then is the decision given a ticket id.
+// Event describes one decision for an Observer. It is a value that refers
+// to nothing of the limiter's, and building it allocates nothing for a
+// decision of up to four applied rules.
 type Event struct {
 	Limiter string
 	Mode    Mode
 	Cost    int64
 	// Time is when the decision was made, by the limiter's clock.
-	Time    time.Time
-	Outcome Outcome
+	Time     time.Time
+	Decision Decision
 	// Weight is how many decisions the Event stands for: ObserveSample
 	// for an admitted decision drawn into the sample, else 1.
 	Weight int64
+
+	n      int
+	inline [store.MaxCallOps]RuleEvent
+	more   []RuleEvent // all the rules, when there are more than fit inline
 }
 
-// RuleObserver is called once for each rule that took part in a decision
-// (see Options.RuleObserver).
-type RuleObserver func(ctx context.Context, e RuleEvent)
-
-// RuleEvent is one rule's part in one decision. It holds no slice, so
-// telling a RuleObserver of it allocates nothing.
+// RuleEvent is one applied rule's part in a decision.
 type RuleEvent struct {
-	Limiter string
-	Rule    string
+	Rule string
 	// Key is the key the rule was applied to (see RuleDecision.Key).
-	Key  string
-	Mode Mode
-	// Time is when the decision was made, by the limiter's clock.
-	Time time.Time
+	Key string
 	// Denied says the rule denied the decision (a shadow rule: would have
 	// denied it). It is false when Failed.
 	Denied bool
+	// Shadow says the rule runs dark.
+	Shadow bool
 	// Failed says the store did not answer: the failure policy decided.
 	Failed bool
-	// Weight is how many decisions the event stands for (see
-	// Event.Weight).
-	Weight int64
+}
+
+// Rules are the applied rules' parts in the decision, in rule order.
+func (e *Event) Rules() []RuleEvent {
+	if e.more != nil {
+		return e.more
+	}
+	return e.inline[:e.n]
+}
+
+// AddRule adds a rule's part to the event, after those it holds: for code
+// that tells an Observer of decisions made elsewhere.
+func (e *Event) AddRule(r RuleEvent) {
+	switch {
+	case e.n < len(e.inline):
+		e.inline[e.n] = r
+	case e.more == nil:
+		e.more = make([]RuleEvent, len(e.inline), 2*len(e.inline))
+		copy(e.more, e.inline[:])
+		e.more = append(e.more, r)
+	default:
+		e.more = append(e.more, r)
+	}
+	e.n++
 }
 
 // maxObserveSample is the largest Options.ObserveSample.
 const maxObserveSample = 1 << 20
 
-// weight is how many decisions d stands for when the observers are told of
-// it (see Options.ObserveSample), or 0 when they are not: there is no
-// observer, or d is an admitted decision left out of the sample.
+// weight is how many decisions d stands for when the observer is told of
+// it (see Options.ObserveSample), or 0 when it is not: d is an admitted
+// decision left out of the sample.
 func (l *Limiter) weight(d *Decision) int64 {
-	if l.observer == nil && l.ruleObserver == nil {
-		return 0
-	}
-	return l.weightOf(d.Allowed && !d.ShadowDenied && d.Err == nil)
-}
-
-// weightOf is weight for a decision that is clean (admitted, with no
-// shadow denial and no store error) or not, on a limiter with an observer.
-func (l *Limiter) weightOf(clean bool) int64 {
 	switch {
-	case l.sample <= 1 || !clean:
+	case l.sample <= 1 || !d.Allowed || d.ShadowDenied || d.Err != nil:
 		return 1
 	case rand.Uint32N(l.sample) == 0:
 		return int64(l.sample)
@@ -74,27 +86,23 @@ func (l *Limiter) weightOf(clean bool) int64 {
 	return 0
 }
 
-// report tells the observers of d, the decision read off sh at now (answered:
-// the store answered), when it is drawn into their sample (see
-// Options.ObserveSample), and fills o when asked.
+// report fills o, when asked, with d, the decision read off sh at now
+// (answered: the store answered), and tells the observer of it when it is
+// drawn into the sample.
 func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) {
-	w := l.weight(&d)
-	if w > 0 && l.ruleObserver != nil {
-		rs := sh.rules()
-		for i := range rs {
-			a := &rs[i]
-			l.ruleObserver(ctx, RuleEvent{Limiter: l.name, Rule: a.rule.Name, Key: a.key, Mode: sh.mode, Time: now,
-				Denied: answered && !a.res.Allowed, Failed: !answered, Weight: w})
-		}
+	if o != nil {
+		*o = Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
 	}
-	if o == nil && (w == 0 || l.observer == nil) {
+	if l.observer == nil {
 		return
 	}
-	full := Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
-	if o != nil {
-		*o = full
+	w := l.weight(&d)
+	if w == 0 {
+		return
 	}
-	if w > 0 && l.observer != nil {
-		l.observer(ctx, Event{Limiter: l.name, Mode: sh.mode, Cost: sh.cost, Time: now, Outcome: full, Weight: w})
+	e := Event{Limiter: l.name, Mode: sh.mode, Cost: sh.cost, Time: now, Decision: d, Weight: w}
+	for _, a := range sh.rules() {
+		e.AddRule(RuleEvent{Rule: a.rule.Name, Key: a.key, Denied: answered && !a.res.Allowed, Shadow: a.rule.shadow, Failed: !answered})
 	}
+	l.observer(ctx, e)
 }

@@ -565,22 +565,15 @@ func TestConcurrentExactAdmission(t *testing.T) {
 }
 
 // A limit of 0 requests per unit refuses without a counter, and each
-// refusal is told to the Observer and the RuleObserver as a denial of its
-// rule, with its key; Limits lists that rule with the domain's counted
-// ones.
+// refusal is told to the Observer as a denial of its rule, with its key;
+// Limits lists that rule with the domain's counted ones.
 func TestZeroLimitObserved(t *testing.T) {
 	var mu sync.Mutex
 	var events []floodgate.Event
-	var ruleEvents []floodgate.RuleEvent
 	opts := &envoy.Options{}
 	opts.Limiter.Observer = func(_ context.Context, e floodgate.Event) {
 		mu.Lock()
 		events = append(events, e)
-		mu.Unlock()
-	}
-	opts.Limiter.RuleObserver = func(_ context.Context, e floodgate.RuleEvent) {
-		mu.Lock()
-		ruleEvents = append(ruleEvents, e)
 		mu.Unlock()
 	}
 	h := start(t, loadEdge(t), nil, opts)
@@ -591,16 +584,11 @@ func TestZeroLimitObserved(t *testing.T) {
 		t.Fatalf("%d events for one refusal, want 1", len(events))
 	}
 	e := events[0]
-	rule := e.Outcome.Rule
-	if e.Limiter != "envoy.edge" || e.Outcome.Allowed || e.Outcome.Reason != floodgate.ReasonLimit || rule == "" ||
-		len(e.Outcome.Rules) != 1 || e.Outcome.Rules[0].Key != "remote_address=50.0.0.5" || e.Outcome.Rules[0].Allowed {
+	rule := e.Decision.Rule
+	rules := e.Rules()
+	if e.Limiter != "envoy.edge" || e.Decision.Allowed || e.Decision.Reason != floodgate.ReasonLimit || rule == "" || e.Weight != 1 ||
+		len(rules) != 1 || rules[0].Rule != rule || rules[0].Key != "remote_address=50.0.0.5" || !rules[0].Denied || rules[0].Failed {
 		t.Errorf("event %+v, want a denial of envoy.edge's block rule for remote_address=50.0.0.5", e)
-	}
-	if len(ruleEvents) != 1 {
-		t.Fatalf("%d rule events for one refusal, want 1", len(ruleEvents))
-	}
-	if re := ruleEvents[0]; re.Limiter != e.Limiter || re.Rule != rule || re.Key != "remote_address=50.0.0.5" || !re.Denied || re.Failed || re.Weight != 1 || !re.Time.Equal(e.Time) {
-		t.Errorf("rule event %+v, want the Event's denial of %s by %q", re, e.Limiter, rule)
 	}
 	var names []string
 	for _, ls := range h.svc.Limits() {

@@ -8,30 +8,22 @@ import (
 
 // A limit of 0 requests per unit (a block list) refuses every request
 // without a counter, so no floodgate limiter decides it. Its refusals are
-// still decisions an operator must see: each is told to the observers as a
+// still decisions an operator must see: each is told to the Observer as a
 // denial (a shadow denial for a shadow limit) of a rule of limit 0 named
 // like the limit's floodgate rule, under the domain's limiter name, so
 // that floodgate_decisions_total and the top keys count them.
 
-// observeZero tells the Observer and the RuleObserver of descriptor key's
-// refusal by lf, a limit of 0 requests per unit of domain d, at cost c.
+// observeZero tells the Observer of descriptor key's refusal by lf, a
+// limit of 0 requests per unit of domain d, at cost c.
 func (st *state) observeZero(ctx context.Context, d *domain, lf *leaf, key string, c int64) {
-	now := st.clock.Now()
-	if ro := st.opts.Limiter.RuleObserver; ro != nil {
-		ro(ctx, floodgate.RuleEvent{Limiter: limiterName(d.name), Rule: lf.rule, Key: key, Mode: floodgate.ModeConsume, Time: now, Denied: true, Weight: 1})
-	}
 	obs := st.opts.Limiter.Observer
 	if obs == nil {
 		return
 	}
-	obs(ctx, floodgate.Event{
-		Limiter: limiterName(d.name),
-		Mode:    floodgate.ModeConsume,
-		Cost:    c,
-		Time:    now,
-		Outcome: st.zeroOutcome(lf, key),
-		Weight:  1,
-	})
+	o := st.zeroOutcome(lf, key)
+	e := floodgate.Event{Limiter: limiterName(d.name), Mode: floodgate.ModeConsume, Cost: c, Time: st.clock.Now(), Decision: o.Decision, Weight: 1}
+	e.AddRule(floodgate.RuleEvent{Rule: lf.rule, Key: key, Denied: true, Shadow: o.ShadowDenied})
+	obs(ctx, e)
 }
 
 // zeroOutcome is the refusal of descriptor key by lf, a limit of 0

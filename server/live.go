@@ -49,7 +49,7 @@ func (s *Server) observe(ctx context.Context, e floodgate.Event) {
 		return
 	}
 	s.live.tops.Observe(ctx, e)
-	s.live.rates.add(e.Limiter, resultIndex(&e.Outcome.Decision), time.Now().Unix())
+	s.live.rates.add(e.Limiter, resultIndex(&e.Decision), time.Now().Unix())
 }
 
 // results are the values of floodgate_decisions_total's result label, in

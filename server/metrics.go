@@ -180,7 +180,7 @@ func (m *metrics) observe(_ context.Context, e floodgate.Event) {
 	default:
 		return
 	}
-	m.decisions.WithLabelValues(e.Limiter, m.ruleName(e.Limiter, bindingRule(&e.Outcome)), result(&e.Outcome.Decision)).Inc()
+	m.decisions.WithLabelValues(e.Limiter, m.ruleName(e.Limiter, bindingRule(&e)), result(&e.Decision)).Inc()
 }
 
 // result classifies a decision for floodgate_decisions_total.
@@ -200,15 +200,15 @@ func result(d *floodgate.Decision) string {
 
 // bindingRule names the rule a decision is counted under: the binding rule,
 // or for a shadow denial the first shadow rule that would have denied.
-func bindingRule(o *floodgate.Outcome) string {
-	if o.Allowed && o.ShadowDenied && o.Reason == floodgate.ReasonNone {
-		for _, r := range o.Rules {
-			if !r.Allowed && r.Shadow {
-				return r.Name
+func bindingRule(e *floodgate.Event) string {
+	if d := &e.Decision; d.Allowed && d.ShadowDenied && d.Reason == floodgate.ReasonNone {
+		for _, r := range e.Rules() {
+			if r.Denied && r.Shadow {
+				return r.Rule
 			}
 		}
 	}
-	return o.Rule
+	return e.Decision.Rule
 }
 
 func (m *metrics) reloadOK(at time.Time) {

@@ -3,9 +3,9 @@ package topkeys_test
 // BenchmarkOverhead measures what a Tracker adds to a one-rule memory
 // decision: a token bucket per user, called as lim.AllowKey(ctx, "user:N"),
 // 10k existing keys drawn uniformly, every decision admitted. It runs
-// without an observer; with observers that do nothing, told of every
-// decision (the cost of an Event, and of a RuleEvent); with a Tracker as
-// the limiter's RuleObserver, sampling admitted decisions 1 in 8 for it
+// without an observer; with an observer that does nothing, told of every
+// decision (the cost of an Event); with a Tracker as the limiter's
+// Observer, sampling admitted decisions 1 in 8 for it
 // (Options.ObserveSample, as the package documentation advises); and
 // with one told of every decision.
 // A round runs them one after the other; run rounds by running the test
@@ -52,14 +52,11 @@ func overhead(b *testing.B, rule floodgate.Rule, admit bool) {
 		{"observer=noop", func() *floodgate.Options {
 			return &floodgate.Options{Observer: func(context.Context, floodgate.Event) {}}
 		}},
-		{"observer=noop-rule", func() *floodgate.Options {
-			return &floodgate.Options{RuleObserver: func(context.Context, floodgate.RuleEvent) {}}
-		}},
 		{"observer=topkeys", func() *floodgate.Options {
-			return &floodgate.Options{RuleObserver: topkeys.New(nil).ObserveRule, ObserveSample: 8}
+			return &floodgate.Options{Observer: topkeys.New(nil).Observe, ObserveSample: 8}
 		}},
 		{"observer=topkeys-unsampled", func() *floodgate.Options {
-			return &floodgate.Options{RuleObserver: topkeys.New(nil).ObserveRule}
+			return &floodgate.Options{Observer: topkeys.New(nil).Observe}
 		}},
 	} {
 		for _, parallel := range []bool{false, true} {

@@ -3,16 +3,15 @@
 // decisions, over the last minutes, in memory that does not grow with the
 // number of distinct keys.
 //
-// Plug a Tracker's ObserveRule method into floodgate.Options.RuleObserver
-// (it is told of each rule's part in a decision by value, at no
-// allocation), or call its Observe method from your own floodgate.Observer,
-// and ask Top for the heaviest keys of a rule over a span of up to
+// Plug a Tracker's Observe method into floodgate.Options.Observer (it is
+// told of each decision by value, at no allocation), or call it from your
+// own floodgate.Observer, and ask Top for the heaviest keys of a rule over a span of up to
 // MaxSpan. Let the limiter sample admitted decisions for it
 // (floodgate.Options.ObserveSample): 1 in 8 spares most admitted decisions
 // the summaries' update, while every denial is still counted.
 //
 //	tops := topkeys.New(nil)
-//	l, _ := floodgate.New("api", store, rules, &floodgate.Options{RuleObserver: tops.ObserveRule, ObserveSample: 8})
+//	l, _ := floodgate.New("api", store, rules, &floodgate.Options{Observer: tops.Observe, ObserveSample: 8})
 //	...
 //	r, _ := tops.Top("api", "per-user", topkeys.Denials, 5*time.Minute, 10)
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/floodgate-go/floodgate/topkeys"
 )
 
-// A Tracker plugged into a limiter as its RuleObserver tells who is denied.
+// A Tracker plugged into a limiter as its Observer tells who is denied.
 // The limiter tells it of every denial and of 1 in 8 admitted decisions.
 func Example() {
 	tops := topkeys.New(nil)
@@ -18,7 +18,7 @@ func Example() {
 	defer store.Close()
 	limiter, err := floodgate.New("api", store, []floodgate.Rule{
 		{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute},
-	}, &floodgate.Options{RuleObserver: tops.ObserveRule, ObserveSample: 8})
+	}, &floodgate.Options{Observer: tops.Observe, ObserveSample: 8})
 	if err != nil {
 		panic(err)
 	}

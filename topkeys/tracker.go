@@ -125,36 +125,23 @@ func (t *Tracker) now() time.Time {
 
 func minuteOf(now time.Time) int64 { return now.Unix() / 60 }
 
-// Observe counts one decision: it is a floodgate.Observer. Consume and peek
-// decisions count, records do not. Every rule of the decision counts
-// e.Weight decisions for its key (a limiter's ObserveSample, see
-// floodgate.Options, makes one Event stand for several), and as many
-// denials when it denied.
-func (t *Tracker) Observe(ctx context.Context, e floodgate.Event) {
-	if e.Time.IsZero() { // an Event a caller made: every rule in this minute
-		e.Time = t.now()
-	}
-	failed := e.Outcome.Reason == floodgate.ReasonStore
-	for i := range e.Outcome.Rules {
-		r := &e.Outcome.Rules[i]
-		t.ObserveRule(ctx, floodgate.RuleEvent{Limiter: e.Limiter, Rule: r.Name, Key: r.Key, Mode: e.Mode, Time: e.Time,
-			Denied: !r.Allowed, Failed: failed, Weight: e.Weight})
-	}
-}
-
-// ObserveRule counts one rule's part in one decision: it is a
-// floodgate.RuleObserver, Observe for one rule, and allocates nothing. The
-// rule counts e.Weight decisions for its key, and as many denials when it
-// denied.
-func (t *Tracker) ObserveRule(_ context.Context, e floodgate.RuleEvent) {
+// Observe counts one decision: it is a floodgate.Observer, and allocates
+// nothing. Consume and peek decisions count, records do not. Every rule of
+// the decision counts e.Weight decisions for its key (a limiter's
+// ObserveSample, see floodgate.Options, makes one Event stand for
+// several), and as many denials when it denied.
+func (t *Tracker) Observe(_ context.Context, e floodgate.Event) {
 	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
 		return
 	}
 	at := e.Time
-	if at.IsZero() { // an event a caller made
+	if at.IsZero() { // an Event a caller made: every rule in this minute
 		at = t.now()
 	}
-	t.rule(e.Limiter, e.Rule).add(t, minuteOf(at), e.Key, max(e.Weight, 1), e.Denied && !e.Failed)
+	m, w := minuteOf(at), max(e.Weight, 1)
+	for _, r := range e.Rules() {
+		t.rule(e.Limiter, r.Rule).add(t, m, r.Key, w, r.Denied && !r.Failed)
+	}
 }
 
 // Add counts one decision of limiter's rule for key, and a denial when

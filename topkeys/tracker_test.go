@@ -297,18 +297,16 @@ func TestRetain(t *testing.T) {
 	}
 }
 
-// TestObserveRuleCountsAsObserve feeds the same decisions to one Tracker
-// through Observe and to another through ObserveRule (one limiter with
-// both observers, sampled, so that both are told of the same draws), over
-// rules that admit, deny, shadow-deny and peek, and a store that fails,
-// and wants the same reports of both.
-func TestObserveRuleCountsAsObserve(t *testing.T) {
+// TestObserveCountsEachRule tells a Tracker of decisions made with Decide
+// over rules that admit, deny, shadow-deny and peek, and a store that
+// fails, and wants its reports to hold, for each rule and key, the
+// decisions and denials the Outcomes say (unsampled: exact).
+func TestObserveCountsEachRule(t *testing.T) {
 	clock := floodgate.NewManualClock(start)
 	ctx := context.Background()
-	byEvent := topkeys.New(&topkeys.Options{Clock: clock})
-	byRule := topkeys.New(&topkeys.Options{Clock: clock})
+	tops := topkeys.New(&topkeys.Options{Clock: clock})
 	opts := func(policy floodgate.FailurePolicy) *floodgate.Options {
-		return &floodgate.Options{Clock: clock, Observer: byEvent.Observe, RuleObserver: byRule.ObserveRule, ObserveSample: 4, FailurePolicy: policy}
+		return &floodgate.Options{Clock: clock, Observer: tops.Observe, FailurePolicy: policy}
 	}
 	st := memory.New(&memory.Options{SweepInterval: -1})
 	t.Cleanup(func() { st.Close() })
@@ -324,17 +322,34 @@ func TestObserveRuleCountsAsObserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	type count struct{ decisions, denials int64 }
+	want := map[[3]string]*count{} // by limiter, rule, key
 	for i := range 2_000 {
 		attrs := floodgate.Attributes{"user": fmt.Sprint("u", i%37), "org": fmt.Sprint("o", i%3)}
+		lim, mode := l, floodgate.ModeConsume
 		switch i % 10 {
 		case 0:
-			l.Peek(ctx, attrs, 1)
+			mode = floodgate.ModePeek
 		case 1:
-			l.Record(ctx, attrs, 1)
+			mode = floodgate.ModeRecord
 		case 2:
-			down.Allow(ctx, attrs)
-		default:
-			l.Allow(ctx, attrs)
+			lim = down
+		}
+		o, err := lim.Decide(ctx, mode, attrs, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mode != floodgate.ModeRecord {
+			for _, r := range o.Rules {
+				k := [3]string{lim.Name(), r.Name, r.Key}
+				if want[k] == nil {
+					want[k] = &count{}
+				}
+				want[k].decisions++
+				if !r.Allowed && o.Reason != floodgate.ReasonStore {
+					want[k].denials++
+				}
+			}
 		}
 		if i%500 == 499 {
 			clock.Advance(time.Minute)
@@ -342,32 +357,44 @@ func TestObserveRuleCountsAsObserve(t *testing.T) {
 	}
 	for _, lr := range [][2]string{{"api", "per-user"}, {"api", "per-org"}, {"api", "dark"}, {"down", "r"}} {
 		for _, kind := range []topkeys.Kind{topkeys.Denials, topkeys.Decisions} {
-			want, err := byEvent.Top(lr[0], lr[1], kind, 10*time.Minute, 100)
+			r, err := tops.Top(lr[0], lr[1], kind, 10*time.Minute, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, _ := byRule.Top(lr[0], lr[1], kind, 10*time.Minute, 100)
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("%s/%s %v: ObserveRule's report %v, Observe's %v", lr[0], lr[1], kind, got, want)
+			got := map[string]int64{}
+			for _, e := range r.Entries {
+				got[e.Key] = e.Count
 			}
-			if kind == topkeys.Decisions && want.Total == 0 {
+			for k, c := range want {
+				if k[0] != lr[0] || k[1] != lr[1] {
+					continue
+				}
+				w := c.decisions
+				if kind == topkeys.Denials {
+					w = c.denials
+				}
+				if got[k[2]] != w {
+					t.Errorf("%s/%s %v of %s: %d, want the Outcomes' %d", lr[0], lr[1], kind, k[2], got[k[2]], w)
+				}
+			}
+			if kind == topkeys.Decisions && r.Total == 0 {
 				t.Errorf("%s/%s: no decision counted", lr[0], lr[1])
 			}
 		}
 	}
 }
 
-// TestConcurrentRuleObserver runs a Tracker as the RuleObserver of a
-// limiter deciding from four goroutines on the system clock, over fixed
+// TestConcurrentObserve runs a Tracker as the Observer of a limiter
+// deciding from four goroutines on the system clock, over fixed
 // windows of 20 ms that turn while it runs, and wants every decision
 // counted, and as denials exactly those the limiter returned denied.
-func TestConcurrentRuleObserver(t *testing.T) {
+func TestConcurrentObserve(t *testing.T) {
 	tops := topkeys.New(nil)
 	st := memory.New(nil)
 	t.Cleanup(func() { st.Close() })
 	l, err := floodgate.New("api", st, []floodgate.Rule{
 		{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Align: floodgate.AlignClock, Limit: 5, Window: 20 * time.Millisecond},
-	}, &floodgate.Options{RuleObserver: tops.ObserveRule})
+	}, &floodgate.Options{Observer: tops.Observe})
 	if err != nil {
 		t.Fatal(err)
 	}

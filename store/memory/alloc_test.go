@@ -31,7 +31,7 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			LimitFunc: func(_ context.Context, a floodgate.Attributes) (int64, error) { return int64(len(a)) * 1e6, nil },
 		},
 	}
-	told := 0 // events told to the RuleObservers below
+	told := 0 // rules told to the Observers below
 	composite := floodgate.Rule{Name: "per-org-user", Algorithm: floodgate.SlidingWindow, Limit: 1e9, Window: time.Hour, Key: []string{"org", "user"}}
 	for _, tc := range []struct {
 		name  string
@@ -40,9 +40,9 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 		want  float64
 	}{
 		{"one rule", rules[:1], nil, 0},
-		{"one rule, told to a RuleObserver", rules[:1], &floodgate.Options{RuleObserver: func(context.Context, floodgate.RuleEvent) { told++ }}, 0},
+		{"one rule, told to an Observer", rules[:1], &floodgate.Options{Observer: countRules(&told)}, 0},
 		{"three rules, one with two callbacks", rules, nil, 4},
-		{"three rules, told to a RuleObserver", rules, &floodgate.Options{RuleObserver: func(context.Context, floodgate.RuleEvent) { told++ }}, 4},
+		{"three rules, told to an Observer", rules, &floodgate.Options{Observer: countRules(&told)}, 4},
 		{"a composite key", []floodgate.Rule{rules[0], composite}, nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,8 +78,13 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 				}
 			}
 			if tc.opts != nil && told-before < 4*200*len(tc.rules) {
-				t.Errorf("the RuleObserver was told of %d rules' decisions, want at least %d", told-before, 4*200*len(tc.rules))
+				t.Errorf("the Observer was told of %d rules' decisions, want at least %d", told-before, 4*200*len(tc.rules))
 			}
 		})
 	}
+}
+
+// countRules is an Observer that adds the rules of each decision to n.
+func countRules(n *int) floodgate.Observer {
+	return func(_ context.Context, e floodgate.Event) { *n += len(e.Rules()) }
 }

@@ -184,7 +184,7 @@ func BenchmarkObserved(b *testing.B) {
 	var admitted atomic.Int64
 	l, err := floodgate.New("bench", st, []floodgate.Rule{benchTokenBucket}, &floodgate.Options{
 		Observer: func(_ context.Context, e floodgate.Event) {
-			if e.Outcome.Allowed {
+			if e.Decision.Allowed {
 				admitted.Add(1)
 			}
 		},
