@@ -29,17 +29,6 @@ func (p FailurePolicy) String() string {
 	return "open"
 }
 
-// ParseFailurePolicy parses "open" or "closed" ("" means open).
-func ParseFailurePolicy(s string) (FailurePolicy, error) {
-	switch s {
-	case "", "open":
-		return FailOpen, nil
-	case "closed":
-		return FailClosed, nil
-	}
-	return 0, sprintfErr("unknown failure policy %q (want open or closed)", s)
-}
-
 // Options are a limiter's optional settings. The zero value is ready to use.
 type Options struct {
 	// Clock supplies the time of decisions; nil means the wall clock, read

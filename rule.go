@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/algo"
+	"github.com/floodgate-go/floodgate/internal/scope"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -84,7 +85,7 @@ type compiledRule struct {
 	Rule
 	index  int    // its place among the limiter's rules
 	label  string // "limiter/rule", for messages
-	scope  string // where its state is stored (stateScope)
+	scope  string // where its state is stored (see internal/scope)
 	params store.Params
 	shadow bool // the rule or its limiter runs dark
 }
@@ -178,7 +179,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	if err := checkExact(r, r.Limit, r.Burst); err != "" {
 		return nil, bad("limit", "%s", err)
 	}
-	c := &compiledRule{Rule: r, label: limiter + "/" + r.Name, scope: stateScope(limiter, r)}
+	c := &compiledRule{Rule: r, label: limiter + "/" + r.Name, scope: scope.Of(limiter, r.Name, r.Algorithm, r.Align, r.Window)}
 	c.params = store.Params{
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst,
 		Buckets: r.Buckets, Align: r.Align, Location: r.Location,

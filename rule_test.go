@@ -329,14 +329,6 @@ func TestParseNames(t *testing.T) {
 	if got, want := floodgate.Algorithm(0).String(), "Algorithm(0)"; got != want {
 		t.Errorf("Algorithm(0).String() = %q, want %q", got, want)
 	}
-	for s, want := range map[string]floodgate.FailurePolicy{"": floodgate.FailOpen, "open": floodgate.FailOpen, "closed": floodgate.FailClosed} {
-		if got, err := floodgate.ParseFailurePolicy(s); err != nil || got != want {
-			t.Errorf("ParseFailurePolicy(%q) = %v, %v; want %v", s, got, err, want)
-		}
-	}
-	if _, err := floodgate.ParseFailurePolicy("ajar"); err == nil || err.Error() != `unknown failure policy "ajar" (want open or closed)` {
-		t.Errorf("ParseFailurePolicy(ajar) error = %v", err)
-	}
 	for s, want := range map[string]floodgate.Align{"": floodgate.AlignFirstHit, "first_hit": floodgate.AlignFirstHit, "clock": floodgate.AlignClock, "day": floodgate.AlignDay, "month": floodgate.AlignMonth} {
 		if got, err := store.ParseAlign(s); err != nil || got != want {
 			t.Errorf("ParseAlign(%q) = %v, %v; want %v", s, got, err, want)

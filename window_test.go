@@ -163,27 +163,3 @@ func TestChangedWindowUnderLoad(t *testing.T) {
 		})
 	}
 }
-
-// TestStateScope: a rule's state is stored under its limiter, its name and
-// its window in the largest whole unit; a concurrency rule's under its
-// name alone.
-func TestStateScope(t *testing.T) {
-	l, _ := memLimiter(t, []floodgate.Rule{
-		{Name: "second", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Second},
-		{Name: "ninety", Algorithm: floodgate.SlidingWindow, Limit: 1, Window: 90 * time.Second},
-		{Name: "odd", Algorithm: floodgate.GCRA, Limit: 1, Window: 1500 * time.Microsecond},
-		{Name: "day", Algorithm: floodgate.FixedWindow, Limit: 1, Align: floodgate.AlignDay},
-		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute},
-	}, nil)
-	for rule, want := range map[string]string{
-		"second": "test/second@1s", "ninety": "test/ninety@90s", "odd": "test/odd@1500us",
-		"day": "test/day@day", "inflight": "test/inflight",
-	} {
-		if got, ok := l.StateScope(rule); !ok || got != want {
-			t.Errorf("StateScope(%q) = %q, %v; want %q", rule, got, ok, want)
-		}
-	}
-	if _, ok := l.StateScope("nowhere"); ok {
-		t.Error("StateScope of a rule the limiter lacks reported one")
-	}
-}

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/scope"
 	"github.com/floodgate-go/floodgate/store"
 )
 
 // Expiry lets RunConcurrent read a remote store's expiries.
 type Expiry struct {
 	// TTL returns the time to live of the state the store holds for an
-	// op's scope (Limiter.StateScope: "limiter/rule@window") and key under
+	// op's scope (internal/scope: "limiter/rule@window") and key under
 	// an algorithm, and whether it holds any; a negative ttl means the
 	// state never expires.
 	TTL func(scope, key string, alg store.Algorithm) (ttl time.Duration, held bool, err error)
@@ -134,7 +135,7 @@ func RunConcurrent(t *testing.T, s store.Store, e *Expiry) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		scope, _ := lim.StateScope(c.rule.Name)
+		scope := scope.Of(lim.Name(), c.rule.Name, c.rule.Algorithm, c.rule.Align, c.rule.Window)
 		ttl, held, err := e.TTL(scope, hotKey["user"], c.rule.Algorithm)
 		// The TTL was read up to this long after the peek, and has ms
 		// resolution.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/scope"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/redis"
@@ -138,7 +139,7 @@ func plannedFailover(t *testing.T, args []string, noPause bool) {
 	// The old master becomes the new one's replica; every count is read
 	// from the new master.
 	var sum, counted int64
-	scope, _ := lim.StateScope("ledger")
+	scope := scope.Of(lim.Name(), "ledger", floodgate.FixedWindow, floodgate.AlignFirstHit, time.Hour)
 	for u := range users {
 		sum += admitted[u].Load()
 		if v, err := replica.Do("HGET", s.StateKey(scope, "u"+strconv.Itoa(u), store.FixedWindow), "n"); err == nil && v != "" {
