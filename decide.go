@@ -101,7 +101,8 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, attrs Attri
 // bind adds to sh every rule that applies to a request with attrs (or,
 // not "", the key of the rules keyed on one attribute), with its key and
 // its limits for this request. It stops at a limit look-up that fails, and
-// returns its error: the rules before it are the decision's.
+// returns its error: the rules before it are the decision's; and, under
+// RequireKeys, at a keyed rule without a key, with a *KeyError.
 func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *sheet) error {
 	for _, r := range l.rules {
 		key := byKey
@@ -109,6 +110,9 @@ func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *
 			key = r.keyFor(attrs)
 		}
 		if key == "" {
+			if l.requireKeys {
+				return &KeyError{Limiter: l.name, Rule: r.Name, Attributes: r.Key}
+			}
 			continue
 		}
 		limit, burst := r.params.Limit, r.params.Burst
@@ -277,8 +281,12 @@ func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, l
 	return d
 }
 
-// failed is the failure policy's decision for a store error.
+// failed is the decision the store did not answer: an invalid request's
+// (a *KeyError), or the failure policy's for a store error.
 func (l *Limiter) failed(ctx context.Context, sh *sheet, err error) Decision {
+	if ke := (*KeyError)(nil); errors.As(err, &ke) {
+		return Decision{Reason: ReasonInvalid, Err: err, Rule: ke.Rule}
+	}
 	d := Decision{Reason: ReasonStore, Err: err}
 	// A shadow limiter never denies, not even when its store fails.
 	d.Allowed = l.policy == FailOpen || l.shadow

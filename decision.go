@@ -12,15 +12,24 @@ const (
 	ReasonLimit
 	// ReasonStore: the store failed and the failure policy decided.
 	ReasonStore
+	// ReasonInvalid: the request could not be decided as asked, and is
+	// denied; Err says why (a *KeyError for a request without a rule's
+	// key under Options.RequireKeys, ErrNotOneKey for AllowKey on a
+	// limiter whose rules key on several attributes). It is a programming
+	// or set-up error, not a store's failure: the failure policy does not
+	// decide it, and nothing is charged.
+	ReasonInvalid
 )
 
-// String returns "", "limit" or "store".
+// String returns "", "limit", "store" or "invalid".
 func (r Reason) String() string {
 	switch r {
 	case ReasonLimit:
 		return "limit"
 	case ReasonStore:
 		return "store"
+	case ReasonInvalid:
+		return "invalid"
 	}
 	return ""
 }
@@ -49,7 +58,8 @@ type Decision struct {
 	Remaining  int64
 	ResetAfter time.Duration
 	RetryAfter time.Duration
-	// Err is the store error behind a ReasonStore decision.
+	// Err is the store error behind a ReasonStore decision, or what made
+	// a ReasonInvalid one invalid.
 	Err error
 }
 

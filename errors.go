@@ -39,6 +39,27 @@ func (e *ConfigError) Error() string {
 	return "floodgate: " + where + ": " + e.Reason
 }
 
+// ErrNotOneKey is the Err of AllowKey's decision on a limiter whose rules
+// key on several attributes, composite keys or a KeyFunc: the key's
+// attribute is unknown. Such a limiter is asked with Allow.
+var ErrNotOneKey = errors.New("floodgate: AllowKey needs rules keyed on one attribute at most; use Allow")
+
+// KeyError is the Err of a decision denied under Options.RequireKeys: the
+// request has no key for one of the limiter's keyed rules.
+type KeyError struct {
+	Limiter string
+	Rule    string
+	// Attributes are the rule's key attributes, one or more of which the
+	// request lacks (or has empty); none for a KeyFunc that returned "".
+	Attributes []string
+}
+
+// Error returns, for example, `floodgate: limiter "api" rule "per-user":
+// the request has no key (attributes [user])`.
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("floodgate: limiter %q rule %q: the request has no key (attributes %v)", e.Limiter, e.Rule, e.Attributes)
+}
+
 // ErrForeignTicket is returned by Refund for a ticket issued by another
 // limiter.
 var ErrForeignTicket = errors.New("floodgate: ticket belongs to another limiter")

@@ -40,6 +40,14 @@ type Options struct {
 	FailurePolicy FailurePolicy
 	// Shadow runs the whole limiter dark: every rule is a shadow rule.
 	Shadow bool
+	// RequireKeys makes a request without the key of one of the keyed
+	// rules (an attribute missing or empty, a KeyFunc returning "") a
+	// denial with ReasonInvalid and a *KeyError, charged to no rule,
+	// instead of skipping the rule: for limiters whose every request must
+	// carry every key, such as middleware that must run after
+	// authentication. Without it the rule is skipped, and an Observer sees
+	// it missing from the Event's rules.
+	RequireKeys bool
 	// Observer, when set, is told of every decision (consume, peek and
 	// record), for metrics, top keys and audit. Refunds and resets are not
 	// decisions and are not told.
@@ -81,13 +89,14 @@ type Limiter struct {
 	byKey   bool
 	dynamic bool
 
-	clock    Clock
-	policy   FailurePolicy
-	shadow   bool
-	observer Observer
-	sample   uint32 // ObserveSample; 0 or 1: every decision
-	logger   *slog.Logger
-	opts     Options // as given to New, for views made with Only
+	clock       Clock
+	policy      FailurePolicy
+	shadow      bool
+	requireKeys bool
+	observer    Observer
+	sample      uint32 // ObserveSample; 0 or 1: every decision
+	logger      *slog.Logger
+	opts        Options // as given to New, for views made with Only
 
 	held       *nameHold // the limiter's hold on its name (names.go)
 	batches    sync.Pool // of *store.Batch: a Batch crosses the Store interface, so it lives on the heap
@@ -123,16 +132,17 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		return nil, limiterError(name, "observe_sample", "must be between 0 and "+strconv.Itoa(maxObserveSample))
 	}
 	l := &Limiter{
-		name:     name,
-		store:    st,
-		byName:   make(map[string]*compiledRule, len(rules)),
-		clock:    opts.Clock,
-		policy:   opts.FailurePolicy,
-		shadow:   opts.Shadow,
-		observer: opts.Observer,
-		sample:   uint32(opts.ObserveSample),
-		logger:   opts.Logger,
-		opts:     *opts,
+		name:        name,
+		store:       st,
+		byName:      make(map[string]*compiledRule, len(rules)),
+		clock:       opts.Clock,
+		policy:      opts.FailurePolicy,
+		shadow:      opts.Shadow,
+		requireKeys: opts.RequireKeys,
+		observer:    opts.Observer,
+		sample:      uint32(opts.ObserveSample),
+		logger:      opts.Logger,
+		opts:        *opts,
 	}
 	l.opts.Replaces = nil // a view (Only) must not keep the replaced limiter alive
 	if l.clock == nil {
@@ -244,12 +254,11 @@ func (l *Limiter) decideN(ctx context.Context, mode Mode, attrs Attributes, n in
 // Attributes{name: key}) with that attribute's name, without building the
 // map. Rules without key attributes apply as always. On a limiter whose
 // rules key on several attributes or on a KeyFunc, the key's attribute is
-// unknown: the decision is then the failure policy's, with Err saying so.
+// unknown: the decision is denied with ReasonInvalid and ErrNotOneKey.
 func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	switch {
 	case !l.byKey:
-		sh := sheet{mode: ModeConsume, cost: 1, now: l.clock.Now().UnixMicro()}
-		return l.failed(ctx, &sh, sprintfErr("floodgate: limiter %q: AllowKey needs rules keyed on one attribute at most", l.name))
+		return Decision{Reason: ReasonInvalid, Err: ErrNotOneKey}
 	case l.dynamic: // overrides and limit functions read the attributes
 		return l.decide(ctx, ModeConsume, 1, Attributes{l.keyAttr: key}, "", nil)
 	}

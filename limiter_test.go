@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/store/redis"
@@ -805,8 +807,9 @@ func must(o floodgate.Outcome, err error) floodgate.Outcome {
 
 // AllowKey is Allow with the limiter's one key attribute: the same counts,
 // overrides and global rules, on both paths (with and without attributes
-// needed for overrides); a limiter keyed on several attributes refuses it
-// under its failure policy.
+// needed for overrides); on a limiter keyed on several attributes it is a
+// programming error, denied as invalid whatever the failure policy, and
+// neither logged nor counted as a store failure.
 func TestAllowKeyIsAllowOnTheKeyAttribute(t *testing.T) {
 	ctx := context.Background()
 	rules := []floodgate.Rule{
@@ -834,11 +837,17 @@ func TestAllowKeyIsAllowOnTheKeyAttribute(t *testing.T) {
 			}
 		})
 	}
-	composite, _ := memLimiter(t, []floodgate.Rule{
-		{Name: "pair", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"org", "user"}},
-	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed})
-	if d := composite.AllowKey(ctx, "ann"); d.Allowed || d.Reason != floodgate.ReasonStore || d.Err == nil {
-		t.Errorf("AllowKey on a composite-key limiter = %+v, want the failure policy with an error", d)
+	for _, policy := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed} {
+		var logs syncbuf.Buffer
+		composite, _ := memLimiter(t, []floodgate.Rule{
+			{Name: "pair", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"org", "user"}},
+		}, &floodgate.Options{FailurePolicy: policy, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if d := composite.AllowKey(ctx, "ann"); d.Allowed || d.Reason != floodgate.ReasonInvalid || !errors.Is(d.Err, floodgate.ErrNotOneKey) {
+			t.Errorf("AllowKey on a composite-key limiter failing %v = %+v, want denied as invalid with ErrNotOneKey", policy, d)
+		}
+		if logs.String() != "" {
+			t.Errorf("AllowKey on a composite-key limiter logged %q", logs.String())
+		}
 	}
 	// Global rules alone need no key, with a limit function or without.
 	global, _ := memLimiter(t, []floodgate.Rule{
@@ -850,5 +859,42 @@ func TestAllowKeyIsAllowOnTheKeyAttribute(t *testing.T) {
 	}
 	if d := global.AllowKey(ctx, "bob"); d.Allowed || d.Reason != floodgate.ReasonLimit {
 		t.Errorf("second AllowKey on a global rule of 1 = %+v, want denied by the limit", d)
+	}
+}
+
+// A rule whose key attribute a request lacks is skipped, the Observer sees
+// it missing from the Event's rules; under RequireKeys the decision is
+// denied as invalid, names the rule and attributes, and charges nothing.
+func TestMissingKey(t *testing.T) {
+	ctx := context.Background()
+	rules := []floodgate.Rule{
+		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}},
+		{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute},
+	}
+	var told []string
+	skipping, _ := memLimiter(t, rules, &floodgate.Options{Observer: func(_ context.Context, e floodgate.Event) {
+		for _, r := range e.Rules() {
+			told = append(told, r.Rule)
+		}
+	}})
+	if d := skipping.Allow(ctx, floodgate.Attributes{"usr": "ann"}); !d.Allowed || d.Rule != "global" || d.Remaining != 4 {
+		t.Errorf("a typo skips per-user: %+v, want admitted by global alone", d)
+	}
+	if fmt.Sprint(told) != "[global]" {
+		t.Errorf("the Observer was told of rules %v, want [global]: per-user was skipped", told)
+	}
+	strict, _ := memLimiter(t, rules, &floodgate.Options{RequireKeys: true})
+	for _, attrs := range []floodgate.Attributes{{"usr": "ann"}, {"user": ""}, nil} {
+		d := strict.Allow(ctx, attrs)
+		var ke *floodgate.KeyError
+		if d.Allowed || d.Reason != floodgate.ReasonInvalid || !errors.As(d.Err, &ke) || ke.Rule != "per-user" || fmt.Sprint(ke.Attributes) != "[user]" || d.Rule != "per-user" {
+			t.Errorf("RequireKeys, attributes %v: %+v, want denied as invalid naming per-user and [user]", attrs, d)
+		}
+	}
+	if d := peek(t, strict, user("ann")); d.Rules[1].Remaining != 5 {
+		t.Errorf("global has %d left after three invalid requests, want 5: they charged nothing", d.Rules[1].Remaining)
+	}
+	if d := strict.Allow(ctx, user("ann")); !d.Allowed {
+		t.Errorf("RequireKeys with every key: %+v, want admitted", d)
 	}
 }

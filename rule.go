@@ -109,8 +109,11 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	if !validName(r.Name) {
 		return nil, bad("name", "%q may hold only letters, digits, '.', '_' and '-'", r.Name)
 	}
+	if r.Algorithm == 0 {
+		return nil, bad("algorithm", "must be set (%s)", store.AlgorithmNames())
+	}
 	if !r.Algorithm.Valid() {
-		return nil, bad("algorithm", "unknown algorithm %d", uint8(r.Algorithm))
+		return nil, bad("algorithm", "unknown algorithm %d (want %s)", uint8(r.Algorithm), store.AlgorithmNames())
 	}
 	if r.Limit < 1 {
 		return nil, bad("limit", "must be at least 1, got %d", r.Limit)

@@ -78,12 +78,12 @@ func TestNewValidation(t *testing.T) {
 		},
 		{
 			name: "zero algorithm", limiter: "api", rules: with(func(r *floodgate.Rule) { r.Algorithm = 0 }),
-			want:        `floodgate: limiter "api" rule "per-user": algorithm: unknown algorithm 0`,
+			want:        `floodgate: limiter "api" rule "per-user": algorithm: must be set (fixed_window, sliding_window, token_bucket, gcra or concurrency)`,
 			wantLimiter: "api", wantRule: "per-user", wantField: "algorithm",
 		},
 		{
 			name: "unknown algorithm", limiter: "api", rules: with(func(r *floodgate.Rule) { r.Algorithm = 9 }),
-			want:        `floodgate: limiter "api" rule "per-user": algorithm: unknown algorithm 9`,
+			want:        `floodgate: limiter "api" rule "per-user": algorithm: unknown algorithm 9 (want fixed_window, sliding_window, token_bucket, gcra or concurrency)`,
 			wantLimiter: "api", wantRule: "per-user", wantField: "algorithm",
 		},
 		{

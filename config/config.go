@@ -145,6 +145,9 @@ type Limiter struct {
 	FailurePolicy floodgate.FailurePolicy
 	// Shadow runs the whole limiter dark.
 	Shadow bool
+	// RequireKeys denies a request without the key of a keyed rule as
+	// invalid instead of skipping the rule (floodgate.Options.RequireKeys).
+	RequireKeys bool
 	// Deadline bounds each call to a remote store (store/guard's
 	// Timeout); 0 means the store's default.
 	Deadline time.Duration
@@ -160,11 +163,12 @@ type Limiter struct {
 }
 
 // Options returns opts with the limiter's configured settings (failure
-// policy and shadow) filled in. Its deadline and breaker are its store's
+// policy, shadow and required keys) filled in. Its deadline and breaker are its store's
 // (see store/guard).
 func (l *Limiter) Options(opts floodgate.Options) floodgate.Options {
 	opts.FailurePolicy = l.FailurePolicy
 	opts.Shadow = l.Shadow
+	opts.RequireKeys = l.RequireKeys
 	return opts
 }
 

@@ -29,7 +29,7 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 		l.Deadline = c.Store.Redis.Deadline
 	}
 	errs := len(d.errs)
-	f := d.mapping(n, path, "name", "failure_policy", "shadow", "deadline", "breaker", "tier_attribute", "token_rules", "rules")
+	f := d.mapping(n, path, "name", "failure_policy", "shadow", "require_keys", "deadline", "breaker", "tier_attribute", "token_rules", "rules")
 	if f == nil {
 		return l, false
 	}
@@ -41,6 +41,9 @@ func (d *decoder) limiter(n *yaml.Node, path string, c *Config) (Limiter, bool) 
 	}
 	if v := f["shadow"]; v != nil {
 		l.Shadow, _ = d.boolean(v, path+".shadow")
+	}
+	if v := f["require_keys"]; v != nil {
+		l.RequireKeys, _ = d.boolean(v, path+".require_keys")
 	}
 	if v := f["deadline"]; v != nil {
 		l.Deadline, _ = d.positive(v, path+".deadline")
@@ -198,7 +201,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 			r.Algorithm = a
 		}
 	} else {
-		d.errorf(n, path+".algorithm", "must be set (fixed_window, sliding_window, token_bucket, gcra or concurrency)")
+		d.errorf(n, path+".algorithm", "must be set (%s)", store.AlgorithmNames())
 	}
 	if v := f["limit"]; v != nil {
 		r.Limit, _ = d.integer(v, path+".limit")

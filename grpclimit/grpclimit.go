@@ -346,6 +346,9 @@ func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setT
 // error of a refused call.
 func (in *Interceptor) report(a *admission.Admission, setHeader, setTrailer func(metadata.MD) error) error {
 	d := &a.Outcome
+	if d.Reason == floodgate.ReasonInvalid {
+		return status.Error(codes.Internal, "rate limiter cannot decide this call: "+d.Err.Error())
+	}
 	if d.Reason == floodgate.ReasonStore {
 		if d.Allowed {
 			return nil

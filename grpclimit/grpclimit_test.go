@@ -522,3 +522,22 @@ func TestChargeAfterWithConcurrency(t *testing.T) {
 		t.Errorf("ratelimit-policy %q, ratelimit %q: want both rules", pol, hdr.Get(MetadataRateLimit))
 	}
 }
+
+// A limiter that requires every key refuses a call without one with
+// codes.Internal, naming the rule: the server is set up wrong, the client
+// did nothing wrong.
+func TestMissingKeyIsInternal(t *testing.T) {
+	st := memory.New(nil)
+	t.Cleanup(func() { st.Close() })
+	lim, err := floodgate.New("rpc", st, []floodgate.Rule{
+		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"tenant"}},
+	}, &floodgate.Options{RequireKeys: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := serve(t, mustNew(t, lim, &Options{Attributes: map[string]KeyFunc{"tenant": Metadata("x-tenant")}}))
+	_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "per-tenant") {
+		t.Errorf("no x-tenant: %v, want Internal naming per-tenant", err)
+	}
+}

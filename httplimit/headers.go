@@ -121,6 +121,21 @@ func writeDenied(w http.ResponseWriter, a *admission.Admission) {
 
 // writeUnavailable writes the response to a request denied because the store
 // failed under FailClosed.
+// writeInvalid answers 500 with a problem saying why the limiter could not
+// decide the request: err, an error of the server's set-up (a key
+// attribute no key function found), not of the client's request.
+func writeInvalid(w http.ResponseWriter, err error) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	b := make([]byte, 0, 160)
+	b = append(b, `{"type":"about:blank","title":"Internal Server Error","status":500,"detail":`...)
+	b = strconv.AppendQuote(b, "the rate limiter cannot decide this request: "+err.Error())
+	b = append(b, "}\n"...)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusInternalServerError)
+	w.Write(b)
+}
+
 func writeUnavailable(w http.ResponseWriter, status int) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")

@@ -288,6 +288,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	h := w.Header()
 	if !d.Allowed {
 		h.Set("Cache-Control", "no-store")
+		if d.Reason == floodgate.ReasonInvalid {
+			// A request the limiter cannot decide (a key attribute missing
+			// under Options.RequireKeys): the server is set up wrong.
+			writeInvalid(w, d.Err)
+			return
+		}
 		if d.Reason == floodgate.ReasonStore {
 			h.Set(HeaderRetryAfter, strconv.FormatInt(quota.Seconds(d.RetryAfter), 10))
 			writeUnavailable(w, m.failureStatus)

@@ -828,3 +828,20 @@ func TestQuotaFiguresAgree(t *testing.T) {
 		}
 	}
 }
+
+// A limiter that requires every key answers a request without one 500,
+// saying which rule lacked its key, and the handler does not run: the
+// middleware runs before the key is known (say, before authentication).
+func TestMissingKeyIsAServerError(t *testing.T) {
+	f := newFixture(t, []floodgate.Rule{{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 5, Window: time.Minute, Key: []string{"user"}}},
+		&floodgate.Options{RequireKeys: true})
+	srv := f.serve(t, &Options{Attributes: map[string]KeyFunc{"user": Header("X-User")}}, ok)
+	r := get(t, srv.URL)
+	if r.status != http.StatusInternalServerError || r.header.Get("Content-Type") != "application/problem+json" ||
+		!strings.Contains(r.body, `per-user`) || strings.Contains(r.body, "ok") {
+		t.Errorf("no X-User: %d %q %s, want a 500 problem naming per-user", r.status, r.header.Get("Content-Type"), r.body)
+	}
+	if r := get(t, srv.URL, "X-User", "ann"); r.status != http.StatusOK {
+		t.Errorf("with X-User: %d %s", r.status, r.body)
+	}
+}

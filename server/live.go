@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,7 @@ func (lv *live) retain(observed []observedLimiter) {
 // top keys and the per-second counts.
 func (s *Server) observe(ctx context.Context, e floodgate.Event) {
 	s.metrics.observe(ctx, e)
+	s.countSkipped(&e)
 	if e.Mode != floodgate.ModeConsume && e.Mode != floodgate.ModePeek {
 		return
 	}
@@ -150,4 +152,18 @@ func (r *rates) series(limiter string, now int64, n int) [len(results)][]int64 {
 		}
 	}
 	return out
+}
+
+// countSkipped counts, for a decision of a configured limiter, each keyed
+// rule the Event lacks: the request had no key for it, and it was skipped.
+func (s *Server) countSkipped(e *floodgate.Event) {
+	set := s.limiters.Load()
+	if set == nil {
+		return
+	}
+	for _, name := range set.keyed[e.Limiter] {
+		if !slices.ContainsFunc(e.Rules(), func(r floodgate.RuleEvent) bool { return r.Rule == name }) {
+			s.metrics.skipped.WithLabelValues(e.Limiter, name).Add(float64(e.Weight))
+		}
+	}
 }

@@ -29,6 +29,7 @@ const (
 // configuration, the others from fixed sets.
 type metrics struct {
 	decisions     *prometheus.CounterVec
+	skipped       *prometheus.CounterVec
 	records       *prometheus.CounterVec
 	refunds       *prometheus.CounterVec
 	selects       *prometheus.CounterVec
@@ -55,6 +56,10 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "floodgate_decisions_total",
 			Help: "Decisions (checks and peeks) by limiter, binding rule and result: allowed, denied, shadow_denied, fail_open or fail_closed.",
 		}, []string{"limiter", "rule", "result"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_rules_skipped_total",
+			Help: "Decisions of a configured limiter that skipped a keyed rule because the request had no key for it (an attribute missing or empty), by limiter and rule.",
+		}, []string{"limiter", "rule"}),
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_records_total",
 			Help: "Usage recorded after the fact (POST /v1/record), by limiter.",
@@ -104,7 +109,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"method"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.records, m.refunds, m.selects, m.storeDuration, m.reloads, m.lastReload,
+		m.decisions, m.skipped, m.records, m.refunds, m.selects, m.storeDuration, m.reloads, m.lastReload,
 		m.lastReloadOK, m.httpRequests, m.httpDuration, m.grpcRequests, m.grpcDuration, breakerCollector{s}, storeCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {

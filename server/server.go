@@ -177,8 +177,9 @@ type Server struct {
 type limiterSet struct {
 	config  *config.Config
 	byName  map[string]*floodgate.Limiter
-	chains  map[string]*chain // each limiter's store (stores.go)
-	names   []string          // sorted
+	chains  map[string]*chain   // each limiter's store (stores.go)
+	keyed   map[string][]string // each limiter's rules that need a key
+	names   []string            // sorted
 	gateway *gatewaySet
 	// maxRules is the most rules a limiter has: the most keys a ticket
 	// holds.
@@ -443,7 +444,8 @@ func (s *Server) closingWhenDraining(h http.Handler) http.Handler {
 
 // build makes the limiters of c on the server's store.
 func (s *Server) build(c *config.Config) (*limiterSet, error) {
-	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters)), chains: make(map[string]*chain, len(c.Limiters))}
+	set := &limiterSet{config: c, byName: make(map[string]*floodgate.Limiter, len(c.Limiters)),
+		chains: make(map[string]*chain, len(c.Limiters)), keyed: make(map[string][]string, len(c.Limiters))}
 	prev := s.limiters.Load()
 	for i := range c.Limiters {
 		cl := &c.Limiters[i]
@@ -468,6 +470,11 @@ func (s *Server) build(c *config.Config) (*limiterSet, error) {
 			return nil, err
 		}
 		set.byName[cl.Name] = l
+		for _, r := range cl.Rules {
+			if len(r.Key) > 0 || r.KeyFunc != nil {
+				set.keyed[cl.Name] = append(set.keyed[cl.Name], r.Name)
+			}
+		}
 		set.names = append(set.names, cl.Name)
 		set.maxRules = max(set.maxRules, len(cl.Rules))
 	}

@@ -612,3 +612,31 @@ func FuzzDecisionRequest(f *testing.F) {
 		}
 	})
 }
+
+// A request without a keyed rule's attribute skips the rule, counted by
+// floodgate_rules_skipped_total; a limiter with require_keys denies it as
+// invalid instead, naming the rule.
+func TestSkippedRules(t *testing.T) {
+	ts := newTestServer(t, testConfig+`
+  - name: strict
+    require_keys: true
+    rules:
+      - {name: per-tenant, key: [tenant], algorithm: fixed_window, limit: 5, window: 1m}
+`, nil, nil)
+	if d := ts.decide("/v1/check", `{"limiter":"api","attributes":{"usr":"typo","org":"acme"}}`); !d.Allowed {
+		t.Errorf("api without user: %+v, want admitted by per-org alone", d)
+	}
+	if d := ts.decide("/v1/check", `{"limiter":"strict","attributes":{"tenant":""}}`); d.Allowed || d.Reason != "invalid" || d.Rule != "per-tenant" {
+		t.Errorf("strict without tenant: %+v, want denied as invalid by per-tenant", d)
+	}
+	want := `
+# HELP floodgate_rules_skipped_total Decisions of a configured limiter that skipped a keyed rule because the request had no key for it (an attribute missing or empty), by limiter and rule.
+# TYPE floodgate_rules_skipped_total counter
+floodgate_rules_skipped_total{limiter="api",rule="dark"} 1
+floodgate_rules_skipped_total{limiter="api",rule="per-user"} 1
+floodgate_rules_skipped_total{limiter="strict",rule="per-tenant"} 1
+`
+	if err := testutil.GatherAndCompare(ts.reg, strings.NewReader(want), "floodgate_rules_skipped_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -43,6 +43,13 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
+// AlgorithmNames lists the algorithms' configuration names for messages:
+// "fixed_window, sliding_window, token_bucket, gcra or concurrency".
+func AlgorithmNames() string {
+	names := algorithmNames[1:]
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 // Valid reports whether a is one of the algorithms.
 func (a Algorithm) Valid() bool { return a >= FixedWindow && a <= Concurrency }
 
