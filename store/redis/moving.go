@@ -7,9 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-go/floodgate/internal/algo"
 	"github.com/floodgate-go/floodgate/store"
-	"github.com/redis/rueidis"
 )
 
 // A Cluster slot being migrated from one master to another (redis-cli
@@ -94,10 +92,10 @@ func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode in
 		for _, g := range gs {
 			g.waited = g.waited || moving(g.c.err)
 		}
-		gs = s.apart(ctx, b, gs, mode)
 		if now < 0 {
 			ref = time.Now().UnixMicro() // aligned windows named after the wait
 		}
+		gs = s.apart(ctx, b, gs, mode, now, ref)
 		var calls []*call
 		for _, g := range gs {
 			if moving(g.c.err) {
@@ -123,38 +121,24 @@ func anyRefused(gs []*group) bool {
 	return false
 }
 
-// primeScript creates a concurrency rule key's lease state (a hash, with
-// no lease: n=0) or lease set (a sorted set, with a placeholder lease
-// long lapsed, which the next call drops) when the key does not exist, with
-// a TTL of ARGV[2] ms. Both mean what no key means.
-var primeScript = rueidis.NewLuaScript(`if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[1] == 'hash' then redis.call('HSET', KEYS[1], 'n', 0) else redis.call('ZADD', KEYS[1], 0, '') end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0`)
-
 // prime makes a call of one concurrency op on a migrating slot possible
 // when neither of the op's two keys exists: Redis refuses (TRYAGAIN) a call
 // of several keys that are on neither node for as long as the slot
-// migrates. Each key is created alone, by a call of one key, which Redis
-// sends to the node that holds the key or, on neither, to the slot's
-// target, where the op's call then finds both. Both keys mean what no key
-// means, so priming changes no decision. It is done each time the call is
-// refused, as another call may have released the last lease meanwhile,
-// which deletes both keys.
-func (s *Store) prime(ctx context.Context, b *store.Batch, g *group) {
+// migrates. Each key is created alone, by the library's prime function
+// with one key, which Redis sends to the node that holds the key or, on
+// neither, to the slot's target, where the op's call then finds both. Both
+// keys mean what no key means, so priming changes no decision. It is done
+// each time the call is refused, as another call may have released the
+// last lease meanwhile, which deletes both keys.
+func (s *Store) prime(ctx context.Context, b *store.Batch, g *group, now int64) {
 	op := &b.Ops[g.idx[0]]
 	if op.Params.Algorithm != store.Concurrency {
 		return
 	}
-	ms := max(1, op.Params.Window.Milliseconds())
-	if s.batchTime {
-		ms += 60000
-	}
 	key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
-	ttl := strconv.FormatInt(ms, 10)
-	for _, k := range [...][2]string{{key, "hash"}, {key + leaseSet, "set"}} {
-		if err := primeScript.Exec(ctx, s.c, []string{k[0]}, []string{k[1], ttl}).Error(); err != nil {
+	t, w := strconv.FormatInt(now, 10), strconv.FormatInt(op.Params.Window.Microseconds(), 10)
+	for _, k := range [...][2]string{{key, "state"}, {key + leaseSet, "leases"}} {
+		if err := s.c.Do(ctx, s.c.B().Fcall().Function(primeFunction).Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error(); err != nil {
 			return // the op's call answers for it
 		}
 	}
@@ -169,7 +153,7 @@ func (s *Store) prime(ctx context.Context, b *store.Batch, g *group) {
 // no record; a ticket found spent is given back no more. A concurrency
 // op's two keys stay together: they are written together, so they are
 // refused only while a migration has moved one and not yet the other.
-func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int) []*group {
+func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64) []*group {
 	var out []*group
 	for _, g := range gs {
 		if !refusedTryAgain(g.c.err) {
@@ -177,12 +161,12 @@ func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int
 			continue
 		}
 		if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
-			s.prime(ctx, b, g)
+			s.prime(ctx, b, g, now)
 			out = append(out, g)
 			continue
 		}
 		if mode == int(store.Refund) {
-			fresh, err := s.markSpent(ctx, b, g)
+			fresh, err := s.markSpent(ctx, b, g, now, ref)
 			switch {
 			case err != nil:
 				g.c.err = err // sent again if it is a refusal
@@ -203,17 +187,12 @@ func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int
 	return out
 }
 
-// markSpent records the ticket of a refund's group spent, as the script
-// does (the same key and lifetime), and reports whether it was not yet.
-func (s *Store) markSpent(ctx context.Context, b *store.Batch, g *group) (bool, error) {
-	var keep int64 // µs
-	for _, i := range g.idx {
-		keep = max(keep, algo.TicketLifetime(&b.Ops[i].Params))
-	}
-	ms := max(1, (keep+999)/1000)
-	if s.batchTime {
-		ms += 60000 // the script's slack for a test's clock
-	}
-	op := &b.Ops[g.idx[0]]
-	return s.r.setNX(ctx, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)), ms)
+// markSpent records the ticket of a refund's group spent, by a refund of
+// no ops (a call of one key: the record), and reports whether it was not
+// yet.
+func (s *Store) markSpent(ctx context.Context, b *store.Batch, g *group, now, ref int64) (bool, error) {
+	var c call
+	s.build(&c, b, g.idx, modeSpend, now, ref, nil)
+	s.r.run(ctx, []*call{&c})
+	return c.err == nil && c.reply[0] == 1, c.err
 }

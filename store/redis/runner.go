@@ -198,16 +198,6 @@ func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 	}
 }
 
-// setNX sets key to "1" for ms milliseconds unless it exists, and reports
-// whether it did.
-func (r *rueidisRunner) setNX(ctx context.Context, key string, ms int64) (bool, error) {
-	err := r.c.Do(ctx, r.c.B().Set().Key(key).Value("1").Nx().PxMilliseconds(ms).Build()).Error()
-	if rueidis.IsRedisNil(err) {
-		return false, nil
-	}
-	return err == nil, serverErr(err)
-}
-
 // serverErr returns err, as a *serverError when it is an error reply.
 func serverErr(err error) error {
 	if re, ok := rueidis.IsRedisErr(err); ok {

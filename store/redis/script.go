@@ -19,9 +19,9 @@ import (
 var scriptFiles embed.FS
 
 // library is the library's source and function is the name of its library
-// and of its one function: "floodgate_" and the start of the scripts'
-// SHA-1, so that a node holding another version's library (a rolling
-// upgrade) is never called with this version's arguments.
+// and of its function that applies batches: "floodgate_" and the start of
+// the scripts' SHA-1, so that a node holding another version's library (a
+// rolling upgrade) is never called with this version's arguments.
 var library, function = func() (string, string) {
 	var b strings.Builder
 	for _, name := range []string{"lib", "fixed", "aligned", "bucket", "sliding", "concurrency", "args", "apply"} {
@@ -37,11 +37,19 @@ var library, function = func() (string, string) {
 	return "#!lua name=" + name + "\nlocal FUNCTION = '" + name + "'\n" + b.String(), name
 }()
 
-// Script modes: store.Mode values, plus compensate (a refund that keeps
-// no spent-ticket record).
-const modeCompensate = 5
+// primeFunction is the library's second function (see
+// scripts/concurrency.lua and Store.prime).
+var primeFunction = function + "_prime"
 
-var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate"}
+// Script modes: store.Mode values, plus compensate (a refund that keeps
+// no spent-ticket record) and spend (a refund of no ops: it records the
+// ticket spent and gives nothing back).
+const (
+	modeCompensate = 5
+	modeSpend      = 6
+)
+
+var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate", "refund"}
 
 // A batch's reply: allowed and now, then replyPerOp numbers per op.
 const replyPerOp = 5
@@ -153,12 +161,18 @@ func (s *Store) windowKey(scope, key string, start int64) string {
 // server's; ref (µs) is the time aligned windows are named at (the script
 // answers a miss when its clock is in another window, and is sent again
 // with its reading as ref); stamps, when not nil, replace the ops' stamps
-// (a compensation's).
+// (a compensation's). A refund names its ticket's spent record, beside
+// the first op's state, and how long it lives: as long as the longest
+// window its ops may have charged (algo.TicketLifetime).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	c.keys, c.shape = c.keys[:0], shape{ops: len(idx), now: now}
 	if mode == int(store.Consume) && b.Cost > 0 && allAligned(b, idx) {
 		s.buildAligned(c, b, idx, now, ref)
 		return
+	}
+	ops := idx
+	if mode == modeSpend {
+		ops, c.shape.ops = nil, 0
 	}
 	refund := mode == int(store.Refund) || mode == modeCompensate
 	head := make([]byte, 0, 48)
@@ -166,9 +180,9 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 	head = append(strconv.AppendInt(head, now, 10), ' ')
 	head = append(strconv.AppendInt(head, b.Cost, 10), ' ')
 	head = append(strconv.AppendUint(head, b.Ticket, 10), ' ')
-	head = strconv.AppendInt(head, int64(len(idx)), 10)
+	head = strconv.AppendInt(head, int64(len(ops)), 10)
 	c.args = append(c.args[:0], string(head))
-	for _, i := range idx {
+	for _, i := range ops {
 		op := &b.Ops[i]
 		var key string
 		var start, end int64
@@ -191,9 +205,14 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 			c.args = append(c.args, strconv.FormatInt(stamp, 10))
 		}
 	}
-	if mode == int(store.Refund) {
+	if mode == int(store.Refund) || mode == modeSpend {
+		var life int64
+		for _, i := range idx {
+			life = max(life, algo.TicketLifetime(&b.Ops[i].Params))
+		}
 		op := &b.Ops[idx[0]]
 		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
+		c.args = append(c.args, strconv.FormatInt(life, 10))
 	}
 }
 

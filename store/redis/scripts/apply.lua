@@ -5,15 +5,18 @@
 -- refund, reset, or compensate: a refund that keeps no spent-ticket record;
 -- now in µs, or -1 for the server's TIME); then per op its rule, such as
 -- "gcra limit=100 window=60000000 burst=20" (see args.lua), and for refunds
--- the stamp. KEYS holds each batch's keys in the same order: each op's
--- state key (a concurrency op has a second, its lease set), then, for a
--- refund, its spent-ticket key.
+-- the stamp; a refund ends with how long (µs) its ticket is remembered
+-- spent (algo.TicketLifetime). KEYS holds each batch's keys in the same
+-- order: each op's state key (a concurrency op has a second, its lease
+-- set), then, for a refund, its spent-ticket key. A refund of no ops
+-- records its ticket spent and gives nothing back.
 --
 -- The reply is one flat array: the server's time (µs) if the call read
 -- it, else -1; then batch after batch, each applied atomically and
 -- independently of the others, exactly as alone: allowed and now, then per
 -- op status, retry, remaining, reset and stamp (status 0 refused, 1
--- admitted, 2 admitted and charged, 3 never: the cost exceeds the limit);
+-- admitted, 2 admitted and charged, 3 never: the cost exceeds the limit;
+-- a refund is "allowed" when its ticket was not spent before);
 -- or -1 and now when now is not in the window an aligned fixed window's key
 -- names (nothing has changed; the caller names the keys at now and
 -- retries); or the batch's error, alone; an aligned batch's is its own
@@ -62,7 +65,8 @@ end
 
 -- refund gives back to the stored state (normalized only for in-place
 -- kinds, see algo.Give), which keeps its TTL: it can only reach "nothing
--- held" sooner. The reply reports it brought to now.
+-- held" sooner, and records a refund's ticket spent. The reply reports it
+-- brought to now.
 local function refund(b)
   if b.mode == 'refund' and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
   for j = 1, #b.ops do
@@ -91,7 +95,7 @@ local function refund(b)
     end
   end
   if b.mode == 'refund' then redis.call('SET', b.spent, '1', 'PX', ttl(now + b.keep)) end
-  return reply(b, false)
+  return reply(b, true)
 end
 
 -- decide runs a consume, peek or record: every rule is brought to now and

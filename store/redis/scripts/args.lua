@@ -24,10 +24,6 @@ local function rule(text)
       r[k] = tonumber(v)
     end
   end
-  -- How long a refunded ticket is remembered (algo.TicketLifetime): a
-  -- calendar day can last 25 hours and a month 31 days.
-  r.lifetime = r.window
-  if r.align == 'day' then r.lifetime = 25 * 3600e6 elseif r.align == 'month' then r.lifetime = 32 * 24 * 3600e6 end
   if r.align == 'clock' then r.stop = r.start + r.window end
   if nrules >= maxrules then rules, nrules = {}, 0 end
   rules[text], nrules = r, nrules + 1
@@ -64,7 +60,7 @@ local function parse(i, k)
   local b = batch
   local h = head(ARGV[i])
   b.mode, b.now, b.cost, b.ticket = h.mode, h.now, h.cost, h.ticket
-  b.keep, b.spent = 0, false
+  b.spent = false
   local refund = b.mode == 'refund' or b.mode == 'compensate'
   local n = h.n
   i = i + 1
@@ -80,9 +76,8 @@ local function parse(i, k)
     i, k = i + 1, k + 1
     if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
     if refund then op.stamp, i = tonumber(ARGV[i]), i + 1 end
-    b.keep = max(b.keep, r.lifetime)
   end
   for j = n + 1, #b.ops do b.ops[j] = nil end
-  if b.mode == 'refund' then b.spent, k = KEYS[k], k + 1 end
+  if b.mode == 'refund' then b.spent, b.keep, k, i = KEYS[k], tonumber(ARGV[i]), k + 1, i + 1 end
   return b, i, k
 end

@@ -1,7 +1,9 @@
 -- floodgate: what every algorithm's script shares. The scripts are one
 -- Redis Functions library, in the order lib, fixed, aligned, bucket,
 -- sliding, concurrency, args, apply (see apply.lua for the call): the
--- library is loaded once per node, and each call runs only the function.
+-- library is loaded once per node, and each call runs only a function:
+-- the decisions' (apply.lua) or, on a migrating Cluster slot, prime
+-- (concurrency.lua).
 -- Each file ports its part of internal/algo.
 --
 -- Every quantity is an integer number of microseconds or units held in a
