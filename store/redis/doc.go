@@ -9,9 +9,10 @@
 // The scripts (scripts/*.lua, embedded) are a port of package
 // internal/algo that reproduces its integer microsecond arithmetic exactly,
 // one file per algorithm or family: lib.lua (arithmetic, clock, per-call
-// state cache), fixed.lua, bucket.lua (token bucket and GCRA), sliding.lua,
-// concurrency.lua, args.lua (reading the arguments) and apply.lua (the
-// batches of a call). They are one Redis Functions library whose name
+// state cache), fixed.lua (first-hit windows), aligned.lua (clock- and
+// calendar-aligned windows, and their consume in straight lines),
+// bucket.lua (token bucket and GCRA), sliding.lua, concurrency.lua,
+// args.lua (reading the arguments) and apply.lua (the batches of a call). They are one Redis Functions library whose name
 // carries its version, loaded once per node; a whole decision — every
 // rule's key and rule, the cost and the mode — is one FCALL, and
 // all-or-nothing across rules holds atomically on the server. A node that
@@ -22,8 +23,9 @@
 //
 // Arguments and state are decimal text a person can read in MONITOR and
 // redis-cli: an op's rule travels as "gcra limit=100 window=60000000
-// burst=20", a fixed window's state is "n=7 start=... end=..." with a PTTL,
-// a token bucket's "tokens=4 frac=0 ts=...", a GCRA key's "tat=... frac=0
+// burst=20", a first-hit fixed window's state is a hash (the count n and
+// the window's end e), an aligned window's a counter in a key named for
+// its window, a token bucket's "tokens=4 frac=0 ts=...", a GCRA key's "tat=... frac=0
 // limit=..."; sliding windows and leases are hashes. docs/redis.md shows
 // each in redis-cli.
 //

@@ -255,41 +255,39 @@ func (s *Store) buildAligned(c *call, b *store.Batch, idx []int, now, ref int64)
 	c.args = append(c.args[:0], string(t))
 }
 
-// expandAligned turns the reply to c, an aligned batch of the ops at idx
-// of b (now, then per op the count its window held before the decision),
-// into the reply decide gives (see scripts/apply.lua), working out what
-// the script did as it did: the batch is admitted if every enforced op's
-// window has room for the cost, and then each op with room is charged.
+// expandAligned turns the reply to c, an aligned consume of the ops at
+// idx of b (now, then one number per op; see scripts/aligned.lua, which
+// decided), into the reply decide gives (see scripts/apply.lua). An op's
+// number is x if the decision was admitted, -2 - x if it was denied; x is
+// 3 times the window's count before the decision (at most its limit) plus
+// 0 if the window had room for the cost (it was then charged if the
+// decision was admitted), 1 if not, 2 if it never has.
 func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
 	raw := c.reply
 	if len(raw) != 1+len(idx) {
 		return raw // the length check of exec reports it
 	}
-	now, cost, allowed := raw[0], b.Cost, true
-	for j, i := range idx {
-		if op := &b.Ops[i]; raw[1+j]+cost > op.Params.Limit && !op.Shadow {
-			allowed = false
-		}
-	}
+	now := raw[0]
 	r := make([]int64, 2+replyPerOp*len(idx))
-	r[0], r[1] = 0, now
-	if allowed {
-		r[0] = 1
-	}
+	r[0], r[1] = 1, now
 	for j, i := range idx {
-		limit, before := b.Ops[i].Params.Limit, raw[1+j]
+		x := raw[1+j]
+		if x < 0 {
+			r[0], x = 0, -2-x
+		}
 		start, end := c.spans[2*j], c.spans[2*j+1]
 		v := r[2+replyPerOp*j : 2+replyPerOp*(j+1)]
-		v[replyRemaining], v[replyReset] = max(0, limit-before), end-now
-		switch {
-		case before+cost <= limit && allowed:
-			v[replyStatus], v[replyRemaining], v[replyStamp] = statusCharged, limit-before-cost, start
-		case before+cost <= limit:
+		v[replyRemaining], v[replyReset] = b.Ops[i].Params.Limit-x/3, end-now
+		switch x % 3 {
+		case 0:
 			v[replyStatus] = statusAdmitted
-		case cost > limit:
-			v[replyStatus] = statusNever
-		default:
+			if raw[1+j] >= 0 {
+				v[replyStatus], v[replyRemaining], v[replyStamp] = statusCharged, v[replyRemaining]-b.Cost, start
+			}
+		case 1:
 			v[replyStatus], v[replyRetry] = statusRefused, end-now
+		default:
+			v[replyStatus] = statusNever
 		}
 	}
 	return r
@@ -298,8 +296,7 @@ func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
 // ruleText is op's rule as the script reads it, such as
 // "gcra limit=100 window=60000000 burst=20": fields at their defaults
 // (burst 0, align first_hit, no shadow) are left out. An aligned window
-// carries the window [start, end) its key names (end only for calendar
-// windows: a clock window's is start + window).
+// carries the window [start, end) its key names.
 func ruleText(op *store.Op, start, end int64) string {
 	p := &op.Params
 	t := make([]byte, 0, 96)
@@ -315,9 +312,7 @@ func ruleText(op *store.Op, start, end int64) string {
 	if aligned(p) {
 		t = append(append(t, " align="...), p.Align.String()...)
 		t = strconv.AppendInt(append(t, " start="...), start, 10)
-		if p.Align != store.AlignClock {
-			t = strconv.AppendInt(append(t, " end="...), end, 10)
-		}
+		t = strconv.AppendInt(append(t, " end="...), end, 10)
 	}
 	if op.Shadow {
 		t = append(t, " shadow=1"...)

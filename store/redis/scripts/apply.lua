@@ -19,7 +19,7 @@
 -- a refund is "allowed" when its ticket was not spent before);
 -- or -1 and now when now is not in the window an aligned fixed window's key
 -- names (nothing has changed; the caller names the keys at now and
--- retries); or the batch's error, alone; an aligned batch's is its own
+-- retries); or the batch's error, alone; an aligned consume's is its own
 -- (see aligned.lua). The caller knows each batch's length from what it
 -- sent. Integers, not text: Redis writes a reply's integers in C,
 -- string.format costs about 0.3 µs a number. Each number still costs the
@@ -144,7 +144,7 @@ local function call(keys, args)
   while i <= #ARGV do
     local s, ok, err = spec(ARGV[i])
     if s then
-      ok, err = pcall(aligned, s, k)
+      ok, err = pcall(consume, s, k)
       i, k = i + 1, k + s.n
     else
       local b
