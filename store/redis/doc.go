@@ -117,13 +117,14 @@
 // # Failure
 //
 // A Store is a remote store: the limiter gives each call its deadline and
-// its circuit breaker and applies its failure policy. In Cluster, failure
-// isolation follows the topology: each master has a circuit breaker in the
-// store (Options.NodeBreaker), and a failure is returned as a
-// *store.ConfinedError, which the limiter's own breaker does not count. A
-// lost master costs only the decisions on its keys, which follow the
-// failure policy until it or its promoted replica answers again. New warns
-// when a master has no replica or a node has cluster-require-full-coverage
-// yes, which makes every node refuse every key once a master is marked
-// failed.
+// its circuit breaker and applies its failure policy; within the deadline,
+// a script call that failed is sent again when that cannot loosen a limit
+// (see docs/redis.md). In Cluster, failure isolation follows the topology:
+// each master has a circuit breaker in the store (Options.NodeBreaker), and
+// a failure is returned as a *store.ConfinedError, which the limiter's own
+// breaker does not count. A lost master costs only the decisions on its
+// keys, which follow the failure policy until it or its promoted replica
+// answers again. New warns when a master has no replica or a node has
+// cluster-require-full-coverage yes, which makes every node refuse every
+// key once a master is marked failed.
 package redis

@@ -33,10 +33,11 @@ import (
 // against the node's breaker.
 //
 // The store sends a refused call again after a short wait, doubling from
-// movingFirstWait to movingMaxWait, while the call's deadline leaves time.
-// A refused call of several keys is first taken apart (see apart), so that
-// each part's keys are one op's and it is refused only while a migration
-// has moved some of that op's keys and not the others.
+// movingFirstWait to movingMaxWait, while the call's deadline leaves time
+// (see Store.exec). A refused call of several keys is first taken apart
+// (see apart), so that each part's keys are one op's and it is refused
+// only while a migration has moved some of that op's keys and not the
+// others.
 
 // The waits before a refused call is sent again.
 const (
@@ -69,58 +70,6 @@ func refusedTryAgain(err error) bool {
 	return errors.As(err, &se) && strings.HasPrefix(se.msg, "TRYAGAIN")
 }
 
-// settle sends again, after a wait, the calls of gs that Redis refused
-// without running them (see moving), until they are answered or ctx leaves
-// no time for another wait, and returns the groups, with those of several
-// keys taken apart (see apart).
-func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) []*group {
-	if !anyRefused(gs) {
-		return gs
-	}
-	end, ok := ctx.Deadline()
-	if !ok {
-		end = time.Now().Add(movingNoDeadline)
-	}
-	for wait := movingFirstWait; anyRefused(gs) && time.Until(end) >= wait; wait = min(2*wait, movingMaxWait) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return gs
-		case <-t.C:
-		}
-		for _, g := range gs {
-			g.waited = g.waited || moving(g.c.err)
-		}
-		if now < 0 {
-			ref = time.Now().UnixMicro() // aligned windows named after the wait
-		}
-		gs = s.apart(ctx, b, gs, mode, now, ref)
-		var calls []*call
-		for _, g := range gs {
-			if moving(g.c.err) {
-				s.build(&g.c, b, g.idx, g.mode(mode), now, ref, stamps)
-				calls = append(calls, &g.c)
-			}
-		}
-		if len(calls) > 0 {
-			s.run.run(ctx, calls)
-		}
-	}
-	return gs
-}
-
-// anyRefused reports whether a group of gs was refused without running
-// (see moving).
-func anyRefused(gs []*group) bool {
-	for _, g := range gs {
-		if moving(g.c.err) {
-			return true
-		}
-	}
-	return false
-}
-
 // prime makes a call of one concurrency op on a migrating slot possible
 // when neither of the op's two keys exists: Redis refuses (TRYAGAIN) a call
 // of several keys that are on neither node for as long as the slot
@@ -138,53 +87,48 @@ func (s *Store) prime(ctx context.Context, b *store.Batch, g *group, now int64) 
 	key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
 	t, w := strconv.FormatInt(now, 10), strconv.FormatInt(op.Params.Window.Microseconds(), 10)
 	for _, k := range [...][2]string{{key, "state"}, {key + leaseSet, "leases"}} {
-		if err := s.c.Do(ctx, s.c.B().Fcall().Function(primeFunction).Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error(); err != nil {
+		if err := s.c.Do(ctx, s.c.B().Fcall().Function(function+"_prime").Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error(); err != nil {
 			return // the op's call answers for it
 		}
 	}
 }
 
-// apart replaces each group of gs that was refused with TRYAGAIN and has
-// more than one key's op by one group per op, in the group's slot, as if
-// its ops lived in different slots: a consume is then checked and charged
-// per op and compensated when one denies (see Store.Apply), a refund gives
-// back per op. A refund's group first records its ticket spent (a key of
-// its own, see markSpent) and its parts run as compensations, which keep
-// no record; a ticket found spent is given back no more. A concurrency
-// op's two keys stay together: they are written together, so they are
-// refused only while a migration has moved one and not yet the other.
-func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64) []*group {
-	var out []*group
-	for _, g := range gs {
-		if !refusedTryAgain(g.c.err) {
-			out = append(out, g)
-			continue
-		}
-		if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
-			s.prime(ctx, b, g, now)
-			out = append(out, g)
-			continue
-		}
-		if mode == int(store.Refund) {
-			fresh, err := s.markSpent(ctx, b, g, now, ref)
-			switch {
-			case err != nil:
-				g.c.err = err // sent again if it is a refusal
-			case !fresh:
-				// Spent already: nothing to give back, and the reply
-				// the script gives a spent ticket.
-				g.c.err, g.c.reply = nil, make([]int64, 2+replyPerOp*len(g.idx))
-			}
-			if err != nil || !fresh {
-				out = append(out, g)
-				continue
-			}
-		}
-		for _, i := range g.idx {
-			out = append(out, &group{idx: []int{i}, slot: g.slot, node: g.node, part: true, waited: true, c: call{err: g.c.err}})
+// apart returns what to send again in place of g, a group Redis refused
+// without running (see moving): g itself or, refused with TRYAGAIN and of
+// several ops, one group per op in g's slot, as if its ops lived in
+// different slots: a consume is then checked and charged per op and
+// compensated when one denies (see Store.Apply), a refund gives back per
+// op. A refund's group first records its ticket spent (see markSpent) and
+// its parts run as compensations, which keep no record; a ticket found
+// spent is given back no more, and its group is answered so. A
+// concurrency op's two keys stay together: they are written together, so
+// they are refused only while a migration has moved one and not yet the
+// other; a group of one such op is primed (see prime).
+func (s *Store) apart(ctx context.Context, b *store.Batch, g *group, mode int, now int64) []*group {
+	if !refusedTryAgain(g.c.err) {
+		return []*group{g}
+	}
+	if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
+		s.prime(ctx, b, g, now)
+		return []*group{g}
+	}
+	if mode == int(store.Refund) {
+		fresh, err := s.markSpent(ctx, b, g, now, g.ref)
+		switch {
+		case err != nil:
+			return []*group{g} // refused again, it is taken apart after the next wait
+		case !fresh:
+			// Spent already: nothing to give back, and the reply the
+			// script gives a spent ticket.
+			g.c.err, g.c.reply = nil, make([]int64, 2+replyPerOp*len(g.idx))
+			return nil
 		}
 	}
-	return out
+	parts := make([]*group, len(g.idx))
+	for j, i := range g.idx {
+		parts[j] = &group{idx: []int{i}, slot: g.slot, node: g.node, ref: g.ref, part: true, waited: true}
+	}
+	return parts
 }
 
 // markSpent records the ticket of a refund's group spent, by a refund of

@@ -37,17 +37,10 @@ var library, function = func() (string, string) {
 	return "#!lua name=" + name + "\nlocal FUNCTION = '" + name + "'\n" + b.String(), name
 }()
 
-// primeFunction is the library's second function (see
-// scripts/concurrency.lua and Store.prime).
-var primeFunction = function + "_prime"
-
 // Script modes: store.Mode values, plus compensate (a refund that keeps
 // no spent-ticket record) and spend (a refund of no ops: it records the
 // ticket spent and gives nothing back).
-const (
-	modeCompensate = 5
-	modeSpend      = 6
-)
+const modeCompensate, modeSpend = 5, 6
 
 var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate", "refund"}
 

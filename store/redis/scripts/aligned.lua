@@ -54,7 +54,7 @@ end
 -- or 1), such as "aligned -1 1 1 100 1733220000000000 1733220060000000
 -- 0", with the ops' window keys. specs holds the heads read, across calls
 -- (their windows change, so up to maxspecs of them), when the head uses
--- the server's time; each is its batch's ops.
+-- the server's time.
 local specs, nspecs, maxspecs = {}, 0, 1024
 
 -- spec returns the head text's batch, or nil if text is not an aligned
@@ -84,19 +84,15 @@ local function spec(text)
 end
 
 -- consume applies the batch whose head is s and whose keys start at
--- KEYS[k]: decide (apply.lua) written out for aligned windows, the hot
--- path, checking each window as fixed.check does. Each window is charged
--- (add) before it is checked, and given back in the same call if the
--- decision is denied or the window had no room: no other call sees the
--- difference, and an admitted decision (the common case) costs the
--- server one command per rule. It adds one number per op to the
--- reply, or -1 alone, a miss (see apply.lua): 3 times the window's count
--- before the decision (at most its limit) plus 0 if the window had room
--- for the cost (it was then charged if the decision was admitted), 1 if
--- not, 2 if it never has (the cost exceeds the limit); made negative (-2
--- - x: -1 is a miss) if the decision was denied (see
--- store/redis/script.go's expandAligned). A limit is at most 2^51, so the
--- number is exact in a double.
+-- KEYS[k]: decide (apply.lua) written out for aligned windows, checking
+-- each as fixed.check does. A window is charged (add) before it is
+-- checked, and given back in the same call if the decision is denied or
+-- the window had no room, so an admitted decision costs one command per
+-- rule. The reply is -1 alone, a miss (see apply.lua), or per op x: 3
+-- times the window's count before (at most its limit; a limit is at most
+-- 2^51, so x is exact), plus 0 if it had room for the cost (and was
+-- charged if the decision was admitted), 1 if not, 2 if it never has; or
+-- -2 - x if the decision was denied (see store/redis/script.go).
 local function consume(s, k)
   settime(s.now)
   local cost, n, m = s.cost, s.n, nout
