@@ -191,18 +191,19 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 
 // broken reports whether err says a call's connection broke: not an error
 // reply, not an unreadable reply, not the deadline, not a dial that failed
-// (no server there). A connection the server closed (a restart, a
-// failover) is found dead only when next written to, so the first call on
-// each fails. The call may have run before the connection broke; running
-// it again charges twice, which is stricter, never looser, for every mode
-// but a compensation, whose second run would give back twice; a refund's
-// spent-ticket record makes its second run a no-op.
+// (no server there), not a client closed or without a node for the slot.
+// A connection the server closed (a restart, a failover) is found dead
+// only when next written to, so the first call on each fails. The call may
+// have run before the connection broke; running it again charges twice,
+// which is stricter, never looser, for every mode but a compensation,
+// whose second run would give back twice; a refund's spent-ticket record
+// makes its second run a no-op.
 func broken(ctx context.Context, err error) bool {
 	var se *serverError
 	var oe *net.OpError
-	return err != nil && ctx.Err() == nil && !errors.As(err, &se) && !errors.Is(err, errReply) &&
-		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
-		!errors.Is(err, rueidis.ErrClosing) && !(errors.As(err, &oe) && oe.Op == "dial")
+	return err != nil && ctx.Err() == nil && !errors.As(err, &se) && !(errors.As(err, &oe) && oe.Op == "dial") &&
+		!errors.Is(err, errReply) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+		!errors.Is(err, rueidis.ErrClosing) && !errors.Is(err, rueidis.ErrNoSlot)
 }
 
 // missed reports whether c's reply is a miss: an aligned window's key
