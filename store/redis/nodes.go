@@ -73,8 +73,7 @@ type nodes struct {
 }
 
 func newNodes(run *rueidisRunner, o store.BreakerOptions, logger *slog.Logger) *nodes {
-	tuning := breaker.Options{Failures: o.Failures, Ratio: o.Ratio, Window: o.Window, Cooldown: o.Cooldown, MaxCooldown: o.MaxCooldown}
-	return &nodes{run: run, tuning: tuning, logger: logger, byAddr: map[string]*node{}}
+	return &nodes{run: run, tuning: breaker.Options(o), logger: logger, byAddr: map[string]*node{}}
 }
 
 // of returns the master of slot, or nil while it is not known.
