@@ -100,9 +100,10 @@
 // call per op, since keys a call would create exist on neither node for as
 // long as the slot migrates: a consume is then checked and charged per op
 // and compensated as across slots (the bound above holds), a refund first
-// records its ticket spent (SET NX) and gives back per op, and a
-// concurrency op whose two keys exist on neither node has them made first,
-// each alone, meaning no lease. See docs/redis.md.
+// records its ticket spent (a refund of no ops, a call of one key) and
+// gives back per op, and a concurrency op whose two keys exist on neither
+// node has them made first, each alone, meaning no lease. See
+// docs/redis.md.
 //
 // # Sentinel
 //

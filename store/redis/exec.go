@@ -65,13 +65,11 @@ const maxAgain = 8
 // Each round sends the calls due together (pipelined, possibly to several
 // nodes) and classifies each failure once:
 //
-//   - refused before it ran (see moving): sent again after a wait
-//     (movingFirstWait, doubling to movingMaxWait) while ctx's deadline
-//     leaves time, first taken apart if it has several ops (see apart);
-//   - no such function (see isNoFunction): it did not run; sent again once
-//     the library is loaded;
-//   - a miss (see missed): it changed nothing; sent again at once, named
-//     at the script's reading;
+//   - refused before it ran (see moving): sent again after a wait while
+//     ctx's deadline leaves time, first taken apart (see apart);
+//   - no such function (see isNoFunction): sent again once the library is
+//     loaded;
+//   - a miss (see missed): sent again at once, named at the script's time;
 //   - a broken connection (see broken): sent again at once, unless a
 //     compensation;
 //   - anything else is final: an error reply from a script that ran, an
@@ -82,19 +80,23 @@ const maxAgain = 8
 // master's verdict, and every failure is a *store.ConfinedError (see
 // nodes).
 func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) ([]*group, error) {
-	var local int64 // the breakers' clock, read only in Cluster
-	if s.nodes != nil {
-		local = s.localNow(b)
-		s.nodes.due()
-	}
-	var due, waiting []*group
 	for _, g := range gs {
 		g.ref = ref
-		if s.nodes != nil && !s.nodes.allow(g, local) {
-			g.refused = true
-			continue
+	}
+	due, waiting := gs, []*group(nil)
+	var local int64 // the breakers' clock (ns), read only in Cluster
+	if s.nodes != nil {
+		local = time.Now().UnixNano()
+		if s.batchTime {
+			local = b.Now.UnixNano()
 		}
-		due = append(due, g)
+		s.nodes.due()
+		due = nil
+		for _, g := range gs {
+			if g.refused = !s.nodes.allow(g, local); !g.refused {
+				due = append(due, g)
+			}
+		}
 	}
 	end, ok := ctx.Deadline()
 	if !ok {
@@ -118,7 +120,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 					g.ref = time.Now().UnixMicro() // aligned windows named after the wait
 				}
 				parts := s.apart(ctx, b, g, mode, now)
-				if len(parts) != 1 || parts[0] != g {
+				if len(parts) > 0 && parts[0] != g { // taken apart
 					i := slices.Index(gs, g)
 					gs = slices.Replace(gs, i, i+1, parts...)
 				}
@@ -127,7 +129,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 			waiting = nil
 			continue
 		}
-		loaded := s.r.loaded()
+		loaded := s.r.loads.Load()
 		calls := make([]*call, len(due))
 		for i, g := range due {
 			s.build(&g.c, b, g.idx, g.mode(mode), now, g.ref, stamps)

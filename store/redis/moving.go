@@ -87,10 +87,24 @@ func (s *Store) prime(ctx context.Context, b *store.Batch, g *group, now int64) 
 	key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
 	t, w := strconv.FormatInt(now, 10), strconv.FormatInt(op.Params.Window.Microseconds(), 10)
 	for _, k := range [...][2]string{{key, "state"}, {key + leaseSet, "leases"}} {
-		if err := s.c.Do(ctx, s.c.B().Fcall().Function(function+"_prime").Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error(); err != nil {
+		if s.alone(ctx, func() error {
+			return serverErr(s.c.Do(ctx, s.c.B().Fcall().Function(function+"_prime").Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error())
+		}) != nil {
 			return // the op's call answers for it
 		}
 	}
+}
+
+// alone runs send, a call of one key that apart makes, again once the
+// library is loaded if its node (a new one, say) does not hold it: the
+// call it serves is refused before Redis looks for the function.
+func (s *Store) alone(ctx context.Context, send func() error) error {
+	loaded := s.r.loads.Load()
+	err := send()
+	if isNoFunction(err) && s.r.load(ctx, loaded) == nil {
+		err = send()
+	}
+	return err
 }
 
 // apart returns what to send again in place of g, a group Redis refused
@@ -137,6 +151,9 @@ func (s *Store) apart(ctx context.Context, b *store.Batch, g *group, mode int, n
 func (s *Store) markSpent(ctx context.Context, b *store.Batch, g *group, now, ref int64) (bool, error) {
 	var c call
 	s.build(&c, b, g.idx, modeSpend, now, ref, nil)
-	s.r.run(ctx, []*call{&c})
-	return c.err == nil && c.reply[0] == 1, c.err
+	err := s.alone(ctx, func() error {
+		s.r.run(ctx, []*call{&c})
+		return c.err
+	})
+	return err == nil && c.reply[0] == 1, err
 }

@@ -60,7 +60,7 @@ func isNoFunction(err error) bool {
 type rueidisRunner struct {
 	c       rueidis.Client
 	loading chan struct{} // holds a token while a load runs
-	loads   atomic.Uint64 // loads tried
+	loads   atomic.Uint64 // loads tried: a call reads it before it is sent (see load)
 }
 
 func (r *rueidisRunner) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
@@ -119,14 +119,10 @@ func (r *rueidisRunner) cmd(c *call) rueidis.Completed {
 	return r.c.B().Fcall().Function(function).Numkeys(int64(len(c.keys))).Key(c.keys...).Arg(c.args...).Build()
 }
 
-// loaded is how many loads of the library have been tried: a call that
-// finds no function reads it before it is sent (see load).
-func (r *rueidisRunner) loaded() uint64 { return r.loads.Load() }
-
 // load loads the library on every node the client knows (FUNCTION LOAD
 // REPLACE: loading it again changes nothing), unless a load was tried
-// since the caller read loaded: calls that found no function together
-// share one load. A replica refuses it (READONLY) and gets it from its
+// since the caller read loads (since): calls that found no function
+// together share one load. A replica refuses it (READONLY) and gets it from its
 // master. It returns the first other error.
 func (r *rueidisRunner) load(ctx context.Context, since uint64) error {
 	select {
@@ -159,7 +155,7 @@ func (r *rueidisRunner) loadAtStart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var se *serverError
-	if err := r.load(ctx, r.loaded()); errors.As(err, &se) && strings.Contains(strings.ToLower(se.msg), "unknown command") {
+	if err := r.load(ctx, r.loads.Load()); errors.As(err, &se) && strings.Contains(strings.ToLower(se.msg), "unknown command") {
 		version := "?"
 		if info, err := r.c.Do(ctx, r.c.B().Info().Section("server").Build()).ToString(); err == nil {
 			for _, line := range strings.Split(info, "\n") {

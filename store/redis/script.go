@@ -256,10 +256,7 @@ func (s *Store) buildAligned(c *call, b *store.Batch, idx []int, now, ref int64)
 // 0 if the window had room for the cost (it was then charged if the
 // decision was admitted), 1 if not, 2 if it never has.
 func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
-	raw := c.reply
-	if len(raw) != 1+len(idx) {
-		return raw // the length check of exec reports it
-	}
+	raw := c.reply // now and len(idx) numbers (see decode)
 	now := raw[0]
 	r := make([]int64, 2+replyPerOp*len(idx))
 	r[0], r[1] = 1, now

@@ -209,14 +209,6 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	return err
 }
 
-// localNow is the local clock reading (ns) the Cluster breakers work with.
-func (s *Store) localNow(b *store.Batch) int64 {
-	if s.batchTime {
-		return b.Now.UnixNano()
-	}
-	return time.Now().UnixNano()
-}
-
 // results copies a group's reply into its ops. With statusOnly, only the
 // remaining units and reset time are taken (a compensation's reply).
 func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
