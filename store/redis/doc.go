@@ -1,17 +1,22 @@
 // Package redis is floodgate's shared store: rule state in Redis 7 (single
 // node, Sentinel or Cluster), so that every instance of a service enforces
-// the same limits. It decides on Redis and nothing else: the over-limit
-// cache and a local fallback are decorators the limiter composes around
-// any store, and the limiter's breaker decides when the store is down.
+// the same limits. It decides on Redis and nothing else: the deadline, the
+// circuit breaker and a local fallback are a decorator the caller composes
+// around it (store/guard), as the over-limit cache is (store/overlimit):
+//
+//	rs, _ := redis.New(&redis.Options{URL: "redis://127.0.0.1:6379"})
+//	guarded, _ := guard.New(overlimit.New(rs, nil), nil)
+//	lim, _ := floodgate.New("api", guarded, rules, nil)
 //
 // # One script call per decision
 //
 // The scripts (scripts/*.lua, embedded) are a port of package
 // internal/algo that reproduces its integer microsecond arithmetic exactly,
 // one file per algorithm or family: lib.lua (arithmetic, clock, per-call
-// state cache), fixed.lua, bucket.lua (token bucket and GCRA), sliding.lua,
-// concurrency.lua, args.lua (reading the arguments) and apply.lua (the
-// batches of a call). They are one Redis Functions library whose name
+// state cache), fixed.lua (first-hit windows), aligned.lua (clock- and
+// calendar-aligned windows, and their consume in straight lines),
+// bucket.lua (token bucket and GCRA), sliding.lua, concurrency.lua,
+// args.lua (reading the arguments) and apply.lua (the batches of a call). They are one Redis Functions library whose name
 // carries its version, loaded once per node; a whole decision — every
 // rule's key and rule, the cost and the mode — is one FCALL, and
 // all-or-nothing across rules holds atomically on the server. A node that
@@ -22,8 +27,9 @@
 //
 // Arguments and state are decimal text a person can read in MONITOR and
 // redis-cli: an op's rule travels as "gcra limit=100 window=60000000
-// burst=20", a fixed window's state is "n=7 start=... end=..." with a PTTL,
-// a token bucket's "tokens=4 frac=0 ts=...", a GCRA key's "tat=... frac=0
+// burst=20", a first-hit fixed window's state is a hash (the count n and
+// the window's end e), an aligned window's a counter in a key named for
+// its window, a token bucket's "tokens=4 frac=0 ts=...", a GCRA key's "tat=... frac=0
 // limit=..."; sliding windows and leases are hashes. docs/redis.md shows
 // each in redis-cli.
 //
@@ -98,9 +104,10 @@
 // call per op, since keys a call would create exist on neither node for as
 // long as the slot migrates: a consume is then checked and charged per op
 // and compensated as across slots (the bound above holds), a refund first
-// records its ticket spent (SET NX) and gives back per op, and a
-// concurrency op whose two keys exist on neither node has them made first,
-// each alone, meaning no lease. See docs/redis.md.
+// records its ticket spent (a refund of no ops, a call of one key) and
+// gives back per op, and a concurrency op whose two keys exist on neither
+// node has them made first, each alone, meaning no lease. See
+// docs/redis.md.
 //
 // # Sentinel
 //
@@ -115,13 +122,14 @@
 // # Failure
 //
 // A Store is a remote store: the limiter gives each call its deadline and
-// its circuit breaker and applies its failure policy. In Cluster, failure
-// isolation follows the topology: each master has a circuit breaker in the
-// store (Options.NodeBreaker), and a failure is returned as a
-// *store.ConfinedError, which the limiter's own breaker does not count. A
-// lost master costs only the decisions on its keys, which follow the
-// failure policy until it or its promoted replica answers again. New warns
-// when a master has no replica or a node has cluster-require-full-coverage
-// yes, which makes every node refuse every key once a master is marked
-// failed.
+// its circuit breaker and applies its failure policy; within the deadline,
+// a script call that failed is sent again when that cannot loosen a limit
+// (see docs/redis.md). In Cluster, failure isolation follows the topology:
+// each master has a circuit breaker in the store (Options.NodeBreaker), and
+// a failure is returned as a *store.ConfinedError, which the limiter's own
+// breaker does not count. A lost master costs only the decisions on its
+// keys, which follow the failure policy until it or its promoted replica
+// answers again. New warns when a master has no replica or a node has
+// cluster-require-full-coverage yes, which makes every node refuse every
+// key once a master is marked failed.
 package redis

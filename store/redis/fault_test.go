@@ -196,6 +196,40 @@ func TestRedisFaults(t *testing.T) {
 	waitGoroutines(t, base+2)
 }
 
+// TestFirstCallAfterEmptyRestart kills Redis and restarts it empty (no
+// keys, no library) between decisions, on a store with two connections,
+// each used before the kill: the first decision after each restart is
+// answered by the rule. Its call meets connections the server closed, which
+// are found dead only when written to, and then a node without the library,
+// whose load may itself meet a closed connection: the store sends the call
+// again and loads the library until it is answered.
+func TestFirstCallAfterEmptyRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	st := serverStore(t, []string{srv.Addr}, false, func(o *redis.Options) { o.PipelineMultiplex = 1 })
+	lim, err := floodgate.New("restart", guarded(t, st, 2*time.Second, store.BreakerOptions{}), []floodgate.Rule{{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour}},
+		&floodgate.Options{FailurePolicy: floodgate.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for round := range 5 {
+		for i := range 20 { // each call takes one of the connections at random
+			if d := lim.Allow(ctx, nil); !d.Allowed {
+				t.Fatalf("round %d: decision %d before the restart: %+v", round, i, d)
+			}
+		}
+		srv.Kill()
+		srv.Restart()
+		if d := lim.Allow(ctx, nil); d.Reason != floodgate.ReasonNone || !d.Allowed || d.Remaining != 999 {
+			t.Fatalf("round %d: the first decision after an empty restart: allowed=%v reason=%v remaining=%d err=%v, want admitted by the rule with 999 left",
+				round, d.Allowed, d.Reason, d.Remaining, d.Err)
+		}
+	}
+	if keys, err := srv.KeysWithoutTTL(); err != nil || len(keys) > 0 {
+		t.Fatalf("keys without a TTL: %v (%v)", keys, err)
+	}
+}
+
 // TestClusterNodeKilled kills one master of a Cluster: decisions whose keys
 // live on the other masters keep working.
 func TestClusterNodeKilled(t *testing.T) {

@@ -7,9 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/floodgate-go/floodgate/internal/algo"
 	"github.com/floodgate-go/floodgate/store"
-	"github.com/redis/rueidis"
 )
 
 // A Cluster slot being migrated from one master to another (redis-cli
@@ -35,10 +33,11 @@ import (
 // against the node's breaker.
 //
 // The store sends a refused call again after a short wait, doubling from
-// movingFirstWait to movingMaxWait, while the call's deadline leaves time.
-// A refused call of several keys is first taken apart (see apart), so that
-// each part's keys are one op's and it is refused only while a migration
-// has moved some of that op's keys and not the others.
+// movingFirstWait to movingMaxWait, while the call's deadline leaves time
+// (see Store.exec). A refused call of several keys is first taken apart
+// (see apart), so that each part's keys are one op's and it is refused
+// only while a migration has moved some of that op's keys and not the
+// others.
 
 // The waits before a refused call is sent again.
 const (
@@ -71,149 +70,90 @@ func refusedTryAgain(err error) bool {
 	return errors.As(err, &se) && strings.HasPrefix(se.msg, "TRYAGAIN")
 }
 
-// settle sends again, after a wait, the calls of gs that Redis refused
-// without running them (see moving), until they are answered or ctx leaves
-// no time for another wait, and returns the groups, with those of several
-// keys taken apart (see apart).
-func (s *Store) settle(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) []*group {
-	if !anyRefused(gs) {
-		return gs
-	}
-	end, ok := ctx.Deadline()
-	if !ok {
-		end = time.Now().Add(movingNoDeadline)
-	}
-	for wait := movingFirstWait; anyRefused(gs) && time.Until(end) >= wait; wait = min(2*wait, movingMaxWait) {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return gs
-		case <-t.C:
-		}
-		for _, g := range gs {
-			g.waited = g.waited || moving(g.c.err)
-		}
-		gs = s.apart(ctx, b, gs, mode)
-		if now < 0 {
-			ref = time.Now().UnixMicro() // aligned windows named after the wait
-		}
-		var calls []*call
-		for _, g := range gs {
-			if moving(g.c.err) {
-				s.build(&g.c, b, g.idx, g.mode(mode), now, ref, stamps)
-				calls = append(calls, &g.c)
-			}
-		}
-		if len(calls) > 0 {
-			s.run.run(ctx, calls)
-		}
-	}
-	return gs
-}
-
-// anyRefused reports whether a group of gs was refused without running
-// (see moving).
-func anyRefused(gs []*group) bool {
-	for _, g := range gs {
-		if moving(g.c.err) {
-			return true
-		}
-	}
-	return false
-}
-
-// primeScript creates a concurrency rule key's lease state (a hash, with
-// no lease: n=0) or lease set (a sorted set, with a placeholder lease
-// long lapsed, which the next call drops) when the key does not exist, with
-// a TTL of ARGV[2] ms. Both mean what no key means.
-var primeScript = rueidis.NewLuaScript(`if redis.call('EXISTS', KEYS[1]) == 0 then
-  if ARGV[1] == 'hash' then redis.call('HSET', KEYS[1], 'n', 0) else redis.call('ZADD', KEYS[1], 0, '') end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0`)
-
 // prime makes a call of one concurrency op on a migrating slot possible
 // when neither of the op's two keys exists: Redis refuses (TRYAGAIN) a call
 // of several keys that are on neither node for as long as the slot
-// migrates. Each key is created alone, by a call of one key, which Redis
-// sends to the node that holds the key or, on neither, to the slot's
-// target, where the op's call then finds both. Both keys mean what no key
-// means, so priming changes no decision. It is done each time the call is
-// refused, as another call may have released the last lease meanwhile,
-// which deletes both keys.
-func (s *Store) prime(ctx context.Context, b *store.Batch, g *group) {
+// migrates. Each key is created alone, by the library's prime function
+// with one key, which Redis sends to the node that holds the key or, on
+// neither, to the slot's target, where the op's call then finds both. Both
+// keys mean what no key means, so priming changes no decision. It is done
+// each time the call is refused, as another call may have released the
+// last lease meanwhile, which deletes both keys.
+func (s *Store) prime(ctx context.Context, b *store.Batch, g *group, now int64) {
 	op := &b.Ops[g.idx[0]]
 	if op.Params.Algorithm != store.Concurrency {
 		return
 	}
-	ms := max(1, op.Params.Window.Milliseconds())
-	if s.batchTime {
-		ms += 60000
-	}
 	key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
-	ttl := strconv.FormatInt(ms, 10)
-	for _, k := range [...][2]string{{key, "hash"}, {key + leaseSet, "set"}} {
-		if err := primeScript.Exec(ctx, s.c, []string{k[0]}, []string{k[1], ttl}).Error(); err != nil {
+	t, w := strconv.FormatInt(now, 10), strconv.FormatInt(op.Params.Window.Microseconds(), 10)
+	for _, k := range [...][2]string{{key, "state"}, {key + leaseSet, "leases"}} {
+		if s.alone(ctx, func() error {
+			return serverErr(s.c.Do(ctx, s.c.B().Fcall().Function(function+"_prime").Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error())
+		}) != nil {
 			return // the op's call answers for it
 		}
 	}
 }
 
-// apart replaces each group of gs that was refused with TRYAGAIN and has
-// more than one key's op by one group per op, in the group's slot, as if
-// its ops lived in different slots: a consume is then checked and charged
-// per op and compensated when one denies (see Store.Apply), a refund gives
-// back per op. A refund's group first records its ticket spent (a key of
-// its own, see markSpent) and its parts run as compensations, which keep
-// no record; a ticket found spent is given back no more. A concurrency
-// op's two keys stay together: they are written together, so they are
-// refused only while a migration has moved one and not yet the other.
-func (s *Store) apart(ctx context.Context, b *store.Batch, gs []*group, mode int) []*group {
-	var out []*group
-	for _, g := range gs {
-		if !refusedTryAgain(g.c.err) {
-			out = append(out, g)
-			continue
-		}
-		if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
-			s.prime(ctx, b, g)
-			out = append(out, g)
-			continue
-		}
-		if mode == int(store.Refund) {
-			fresh, err := s.markSpent(ctx, b, g)
-			switch {
-			case err != nil:
-				g.c.err = err // sent again if it is a refusal
-			case !fresh:
-				// Spent already: nothing to give back, and the reply
-				// the script gives a spent ticket.
-				g.c.err, g.c.reply = nil, make([]int64, 2+replyPerOp*len(g.idx))
-			}
-			if err != nil || !fresh {
-				out = append(out, g)
-				continue
-			}
-		}
-		for _, i := range g.idx {
-			out = append(out, &group{idx: []int{i}, slot: g.slot, node: g.node, part: true, waited: true, c: call{err: g.c.err}})
-		}
+// alone runs send, a call of one key that apart makes, again once the
+// library is loaded if its node (a new one, say) does not hold it: the
+// call it serves is refused before Redis looks for the function.
+func (s *Store) alone(ctx context.Context, send func() error) error {
+	loaded := s.r.loads.Load()
+	err := send()
+	if isNoFunction(err) && s.r.load(ctx, loaded) == nil {
+		err = send()
 	}
-	return out
+	return err
 }
 
-// markSpent records the ticket of a refund's group spent, as the script
-// does (the same key and lifetime), and reports whether it was not yet.
-func (s *Store) markSpent(ctx context.Context, b *store.Batch, g *group) (bool, error) {
-	var keep int64 // µs
-	for _, i := range g.idx {
-		keep = max(keep, algo.TicketLifetime(&b.Ops[i].Params))
+// apart returns what to send again in place of g, a group Redis refused
+// without running (see moving): g itself or, refused with TRYAGAIN and of
+// several ops, one group per op in g's slot, as if its ops lived in
+// different slots: a consume is then checked and charged per op and
+// compensated when one denies (see Store.Apply), a refund gives back per
+// op. A refund's group first records its ticket spent (see markSpent) and
+// its parts run as compensations, which keep no record; a ticket found
+// spent is given back no more, and its group is answered so. A
+// concurrency op's two keys stay together: they are written together, so
+// they are refused only while a migration has moved one and not yet the
+// other; a group of one such op is primed (see prime).
+func (s *Store) apart(ctx context.Context, b *store.Batch, g *group, mode int, now int64) []*group {
+	if !refusedTryAgain(g.c.err) {
+		return []*group{g}
 	}
-	ms := max(1, (keep+999)/1000)
-	if s.batchTime {
-		ms += 60000 // the script's slack for a test's clock
+	if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
+		s.prime(ctx, b, g, now)
+		return []*group{g}
 	}
-	op := &b.Ops[g.idx[0]]
-	return s.r.setNX(ctx, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)), ms)
+	if mode == int(store.Refund) {
+		fresh, err := s.markSpent(ctx, b, g, now, g.ref)
+		switch {
+		case err != nil:
+			return []*group{g} // refused again, it is taken apart after the next wait
+		case !fresh:
+			// Spent already: nothing to give back, and the reply the
+			// script gives a spent ticket.
+			g.c.err, g.c.reply = nil, make([]int64, 2+replyPerOp*len(g.idx))
+			return nil
+		}
+	}
+	parts := make([]*group, len(g.idx))
+	for j, i := range g.idx {
+		parts[j] = &group{idx: []int{i}, slot: g.slot, node: g.node, ref: g.ref, part: true, waited: true}
+	}
+	return parts
+}
+
+// markSpent records the ticket of a refund's group spent, by a refund of
+// no ops (a call of one key: the record), and reports whether it was not
+// yet.
+func (s *Store) markSpent(ctx context.Context, b *store.Batch, g *group, now, ref int64) (bool, error) {
+	var c call
+	s.build(&c, b, g.idx, modeSpend, now, ref, nil)
+	err := s.alone(ctx, func() error {
+		s.r.run(ctx, []*call{&c})
+		return c.err
+	})
+	return err == nil && c.reply[0] == 1, err
 }

@@ -23,7 +23,7 @@ func TestMovingReplies(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", &serverError{msg: "TRYAGAIN Multiple keys"}), true},
 		{&serverError{msg: "ERR Script attempted to access a non local key in a cluster node"}, false},
 		{&serverError{msg: "CLUSTERDOWN The cluster is down"}, false},
-		{&serverError{msg: "ERR Function not found"}, false}, // loaded and sent again by eval
+		{&serverError{msg: "ERR Function not found"}, false}, // loaded and sent again (see exec)
 		{context.DeadlineExceeded, false},
 		{nil, false},
 	} {

@@ -128,6 +128,73 @@ func TestClusterRefundOnMigratingSlot(t *testing.T) {
 	checkTTLs(t, cl)
 }
 
+// TestClusterMigratingToNodeWithoutLibrary refunds a ticket and takes a
+// concurrency key's first lease while their slots are held migrating to a
+// master that does not hold the library (a new node, one whose functions
+// were flushed): the calls of one key the store makes there first (the
+// refund's spent-ticket record, the lease's two keys) load it, since the
+// refused calls they serve are refused before Redis looks for the
+// function. The refund gives its unit back, the lease is taken, and every
+// key written has a TTL.
+func TestClusterMigratingToNodeWithoutLibrary(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	owners := slotOwners(t, cl.Nodes[0])
+	st := serverStore(t, cl.Addrs(), true, nil)
+	opts := &floodgate.Options{FailurePolicy: floodgate.FailClosed}
+	rate, err := floodgate.New("bare", guarded(t, st, time.Second, store.BreakerOptions{}), []floodgate.Rule{
+		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conc, err := floodgate.New("barelease", guarded(t, st, time.Second, store.BreakerOptions{}), []floodgate.Rule{
+		{Name: "inflight", Algorithm: floodgate.Concurrency, Limit: 1, Window: time.Minute, Key: []string{"user"}},
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	attrs := floodgate.Attributes{"user": "u"}
+	first := must(rate.Decide(ctx, floodgate.ModeConsume, attrs, 1))
+	if !first.Allowed {
+		t.Fatalf("first decision: %+v", first.Decision)
+	}
+	var migrations []*redistest.Migration
+	var targets []*redistest.Server
+	for _, key := range []string{"{bare/r@1h:u}", "{barelease/inflight:u}"} {
+		slot, _ := strconv.Atoi(cl.Nodes[0].MustDo("CLUSTER", "KEYSLOT", key))
+		var from, to *redistest.Server
+		for _, n := range cl.Nodes {
+			if n.Addr == owners[slot] {
+				from = n
+			} else if to == nil {
+				to = n
+			}
+		}
+		targets = append(targets, to)
+		migrations = append(migrations, cl.BeginMigration(t, slot, from, to))
+	}
+	targets[0].MustDo("FUNCTION", "FLUSH")
+	if err := rate.Refund(ctx, first.Ticket()); err != nil {
+		t.Errorf("refund on a slot migrating to a node without the library: %v", err)
+	}
+	if d := rate.Allow(ctx, attrs); !d.Allowed || d.Reason != floodgate.ReasonNone {
+		t.Errorf("after the refund: %+v, want admitted (its unit given back)", d)
+	}
+	targets[1].MustDo("FUNCTION", "FLUSH")
+	lease := must(conc.Decide(ctx, floodgate.ModeConsume, attrs, 1))
+	if !lease.Allowed || lease.Reason != floodgate.ReasonNone {
+		t.Errorf("a new key's first lease on a slot migrating to a node without the library: %+v", lease.Decision)
+	}
+	if err := conc.Refund(ctx, lease.Ticket()); err != nil {
+		t.Errorf("release: %v", err)
+	}
+	for _, mg := range migrations {
+		mg.Finish()
+	}
+	checkTTLs(t, cl)
+}
+
 // TestLoadingNodeIsWaitedFor restarts Redis with a dump that takes about a
 // second to load, under a decision: Redis answers LOADING until it has loaded, and
 // the store sends the call again within its deadline, so the decision is

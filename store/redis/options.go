@@ -84,10 +84,10 @@ type Options struct {
 
 	// NodeBreaker tunes the circuit breaker each master of a Cluster has
 	// in the store (see the package documentation), as
-	// store.BreakerOptions tune a limiter's (Failures, Ratio, Window,
-	// Cooldown and MaxCooldown, with the same defaults: at least 5
+	// store.BreakerOptions tune a guard's (store/guard: Failures, Ratio,
+	// Window, Cooldown and MaxCooldown, with the same defaults: at least 5
 	// failures and half of a second's calls, a 250ms first cooldown growing
-	// to 1s). Outside Cluster the limiter's breaker alone guards the store.
+	// to 1s). Outside Cluster the guard's breaker alone guards the store.
 	NodeBreaker store.BreakerOptions
 
 	// Logger receives compensations that could not be applied and the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -42,21 +43,24 @@ type serverError struct{ msg string }
 
 func (e *serverError) Error() string { return "redis: " + e.msg }
 
+// errReply is the error of a reply that is not what the script answers.
+var errReply = errors.New("redis: unexpected script reply")
+
 // isNoFunction reports whether err says the node does not hold the
-// library (restarted empty, a new node, FUNCTION FLUSH).
+// library (restarted empty, a replica promoted that never had it, a new
+// node, FUNCTION FLUSH).
 func isNoFunction(err error) bool {
-	if err == nil {
-		return false
-	}
 	var se *serverError
 	return errors.As(err, &se) && strings.Contains(se.msg, "Function not found")
 }
 
 // rueidisRunner runs the library's function on a rueidis client with
-// FCALL, loading the library first on a node that does not hold it. The
-// client's auto-pipelining makes concurrent calls share round trips.
+// FCALL, and loads the library (see load). The client's auto-pipelining
+// makes concurrent calls share round trips.
 type rueidisRunner struct {
-	c rueidis.Client
+	c       rueidis.Client
+	loading chan struct{} // holds a token while a load runs
+	loads   atomic.Uint64 // loads tried: a call reads it before it is sent (see load)
 }
 
 func (r *rueidisRunner) cluster() bool { return r.c.Mode() == rueidis.ClientModeCluster }
@@ -116,10 +120,21 @@ func (r *rueidisRunner) cmd(c *call) rueidis.Completed {
 }
 
 // load loads the library on every node the client knows (FUNCTION LOAD
-// REPLACE: loading it again changes nothing). A replica refuses it
-// (READONLY) and gets it from its master. It returns the first other
-// error.
-func (r *rueidisRunner) load(ctx context.Context) error {
+// REPLACE: loading it again changes nothing), unless a load was tried
+// since the caller read loads (since): calls that found no function
+// together share one load. A replica refuses it (READONLY) and gets it from its
+// master. It returns the first other error.
+func (r *rueidisRunner) load(ctx context.Context, since uint64) error {
+	select {
+	case r.loading <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.loading }()
+	if r.loads.Load() != since {
+		return nil
+	}
+	defer r.loads.Add(1)
 	var first error
 	for _, n := range r.c.Nodes() {
 		err := serverErr(n.Do(ctx, n.B().FunctionLoad().Replace().FunctionCode(library).Build()).Error())
@@ -140,7 +155,7 @@ func (r *rueidisRunner) loadAtStart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var se *serverError
-	if err := r.load(ctx); errors.As(err, &se) && strings.Contains(strings.ToLower(se.msg), "unknown command") {
+	if err := r.load(ctx, r.loads.Load()); errors.As(err, &se) && strings.Contains(strings.ToLower(se.msg), "unknown command") {
 		version := "?"
 		if info, err := r.c.Do(ctx, r.c.B().Info().Section("server").Build()).ToString(); err == nil {
 			for _, line := range strings.Split(info, "\n") {
@@ -154,35 +169,17 @@ func (r *rueidisRunner) loadAtStart() error {
 	return nil
 }
 
-// eval sends the calls together (pipelined) with FCALL, then, if a node
-// did not hold the library, loads it and sends those calls once more, and
-// returns their raw results in order.
+// eval sends the calls together (pipelined) with FCALL and returns their
+// raw results in order.
 func (r *rueidisRunner) eval(ctx context.Context, calls []*call) []rueidis.RedisResult {
 	if len(calls) == 1 {
-		res := r.c.Do(ctx, r.cmd(calls[0]))
-		if isNoFunction(serverErr(res.Error())) && r.load(ctx) == nil {
-			res = r.c.Do(ctx, r.cmd(calls[0]))
-		}
-		return []rueidis.RedisResult{res}
+		return []rueidis.RedisResult{r.c.Do(ctx, r.cmd(calls[0]))}
 	}
 	cmds := make(rueidis.Commands, len(calls))
 	for i, c := range calls {
 		cmds[i] = r.cmd(c)
 	}
-	out := r.c.DoMulti(ctx, cmds...)
-	loaded := false
-	for i, res := range out {
-		if isNoFunction(serverErr(res.Error())) {
-			if !loaded {
-				if r.load(ctx) != nil {
-					break
-				}
-				loaded = true
-			}
-			out[i] = r.c.Do(ctx, r.cmd(calls[i]))
-		}
-	}
-	return out
+	return r.c.DoMulti(ctx, cmds...)
 }
 
 // run fills each call's reply or err: each call carries one batch.
@@ -196,16 +193,6 @@ func (r *rueidisRunner) run(ctx context.Context, calls []*call) {
 		}
 		calls[i].reply, calls[i].err = replies[0], err
 	}
-}
-
-// setNX sets key to "1" for ms milliseconds unless it exists, and reports
-// whether it did.
-func (r *rueidisRunner) setNX(ctx context.Context, key string, ms int64) (bool, error) {
-	err := r.c.Do(ctx, r.c.B().Set().Key(key).Value("1").Nx().PxMilliseconds(ms).Build()).Error()
-	if rueidis.IsRedisNil(err) {
-		return false, nil
-	}
-	return err == nil, serverErr(err)
 }
 
 // serverErr returns err, as a *serverError when it is an error reply.
@@ -226,7 +213,7 @@ func decode(res rueidis.RedisResult, shapes []shape, replies [][]int64, errs []e
 		return serverErr(err)
 	}
 	bad := func(what string, err error) error {
-		return fmt.Errorf("redis: unexpected script reply of %d values for %d batches: %s: %v", len(elems), len(shapes), what, err)
+		return fmt.Errorf("%w of %d values for %d batches: %s: %v", errReply, len(elems), len(shapes), what, err)
 	}
 	if len(elems) == 0 {
 		return bad("empty", nil)

@@ -19,9 +19,9 @@ import (
 var scriptFiles embed.FS
 
 // library is the library's source and function is the name of its library
-// and of its one function: "floodgate_" and the start of the scripts'
-// SHA-1, so that a node holding another version's library (a rolling
-// upgrade) is never called with this version's arguments.
+// and of its function that applies batches: "floodgate_" and the start of
+// the scripts' SHA-1, so that a node holding another version's library (a
+// rolling upgrade) is never called with this version's arguments.
 var library, function = func() (string, string) {
 	var b strings.Builder
 	for _, name := range []string{"lib", "fixed", "aligned", "bucket", "sliding", "concurrency", "args", "apply"} {
@@ -38,10 +38,11 @@ var library, function = func() (string, string) {
 }()
 
 // Script modes: store.Mode values, plus compensate (a refund that keeps
-// no spent-ticket record).
-const modeCompensate = 5
+// no spent-ticket record) and spend (a refund of no ops: it records the
+// ticket spent and gives nothing back).
+const modeCompensate, modeSpend = 5, 6
 
-var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate"}
+var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate", "refund"}
 
 // A batch's reply: allowed and now, then replyPerOp numbers per op.
 const replyPerOp = 5
@@ -153,12 +154,18 @@ func (s *Store) windowKey(scope, key string, start int64) string {
 // server's; ref (µs) is the time aligned windows are named at (the script
 // answers a miss when its clock is in another window, and is sent again
 // with its reading as ref); stamps, when not nil, replace the ops' stamps
-// (a compensation's).
+// (a compensation's). A refund names its ticket's spent record, beside
+// the first op's state, and how long it lives: as long as the longest
+// window its ops may have charged (algo.TicketLifetime).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	c.keys, c.shape = c.keys[:0], shape{ops: len(idx), now: now}
 	if mode == int(store.Consume) && b.Cost > 0 && allAligned(b, idx) {
 		s.buildAligned(c, b, idx, now, ref)
 		return
+	}
+	ops := idx
+	if mode == modeSpend {
+		ops, c.shape.ops = nil, 0
 	}
 	refund := mode == int(store.Refund) || mode == modeCompensate
 	head := make([]byte, 0, 48)
@@ -166,9 +173,9 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 	head = append(strconv.AppendInt(head, now, 10), ' ')
 	head = append(strconv.AppendInt(head, b.Cost, 10), ' ')
 	head = append(strconv.AppendUint(head, b.Ticket, 10), ' ')
-	head = strconv.AppendInt(head, int64(len(idx)), 10)
+	head = strconv.AppendInt(head, int64(len(ops)), 10)
 	c.args = append(c.args[:0], string(head))
-	for _, i := range idx {
+	for _, i := range ops {
 		op := &b.Ops[i]
 		var key string
 		var start, end int64
@@ -191,9 +198,14 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 			c.args = append(c.args, strconv.FormatInt(stamp, 10))
 		}
 	}
-	if mode == int(store.Refund) {
+	if mode == int(store.Refund) || mode == modeSpend {
+		var life int64
+		for _, i := range idx {
+			life = max(life, algo.TicketLifetime(&b.Ops[i].Params))
+		}
 		op := &b.Ops[idx[0]]
 		c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, ":r:"+strconv.FormatUint(b.Ticket, 10)))
+		c.args = append(c.args, strconv.FormatInt(life, 10))
 	}
 }
 
@@ -236,41 +248,36 @@ func (s *Store) buildAligned(c *call, b *store.Batch, idx []int, now, ref int64)
 	c.args = append(c.args[:0], string(t))
 }
 
-// expandAligned turns the reply to c, an aligned batch of the ops at idx
-// of b (now, then per op the count its window held before the decision),
-// into the reply decide gives (see scripts/apply.lua), working out what
-// the script did as it did: the batch is admitted if every enforced op's
-// window has room for the cost, and then each op with room is charged.
+// expandAligned turns the reply to c, an aligned consume of the ops at
+// idx of b (now, then one number per op; see scripts/aligned.lua, which
+// decided), into the reply decide gives (see scripts/apply.lua). An op's
+// number is x if the decision was admitted, -2 - x if it was denied; x is
+// 3 times the window's count before the decision (at most its limit) plus
+// 0 if the window had room for the cost (it was then charged if the
+// decision was admitted), 1 if not, 2 if it never has.
 func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
-	raw := c.reply
-	if len(raw) != 1+len(idx) {
-		return raw // the length check of exec reports it
-	}
-	now, cost, allowed := raw[0], b.Cost, true
-	for j, i := range idx {
-		if op := &b.Ops[i]; raw[1+j]+cost > op.Params.Limit && !op.Shadow {
-			allowed = false
-		}
-	}
+	raw := c.reply // now and len(idx) numbers (see decode)
+	now := raw[0]
 	r := make([]int64, 2+replyPerOp*len(idx))
-	r[0], r[1] = 0, now
-	if allowed {
-		r[0] = 1
-	}
+	r[0], r[1] = 1, now
 	for j, i := range idx {
-		limit, before := b.Ops[i].Params.Limit, raw[1+j]
+		x := raw[1+j]
+		if x < 0 {
+			r[0], x = 0, -2-x
+		}
 		start, end := c.spans[2*j], c.spans[2*j+1]
 		v := r[2+replyPerOp*j : 2+replyPerOp*(j+1)]
-		v[replyRemaining], v[replyReset] = max(0, limit-before), end-now
-		switch {
-		case before+cost <= limit && allowed:
-			v[replyStatus], v[replyRemaining], v[replyStamp] = statusCharged, limit-before-cost, start
-		case before+cost <= limit:
+		v[replyRemaining], v[replyReset] = b.Ops[i].Params.Limit-x/3, end-now
+		switch x % 3 {
+		case 0:
 			v[replyStatus] = statusAdmitted
-		case cost > limit:
-			v[replyStatus] = statusNever
-		default:
+			if raw[1+j] >= 0 {
+				v[replyStatus], v[replyRemaining], v[replyStamp] = statusCharged, v[replyRemaining]-b.Cost, start
+			}
+		case 1:
 			v[replyStatus], v[replyRetry] = statusRefused, end-now
+		default:
+			v[replyStatus] = statusNever
 		}
 	}
 	return r
@@ -279,8 +286,7 @@ func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
 // ruleText is op's rule as the script reads it, such as
 // "gcra limit=100 window=60000000 burst=20": fields at their defaults
 // (burst 0, align first_hit, no shadow) are left out. An aligned window
-// carries the window [start, end) its key names (end only for calendar
-// windows: a clock window's is start + window).
+// carries the window [start, end) its key names.
 func ruleText(op *store.Op, start, end int64) string {
 	p := &op.Params
 	t := make([]byte, 0, 96)
@@ -296,9 +302,7 @@ func ruleText(op *store.Op, start, end int64) string {
 	if aligned(p) {
 		t = append(append(t, " align="...), p.Align.String()...)
 		t = strconv.AppendInt(append(t, " start="...), start, 10)
-		if p.Align != store.AlignClock {
-			t = strconv.AppendInt(append(t, " end="...), end, 10)
-		}
+		t = strconv.AppendInt(append(t, " end="...), end, 10)
 	}
 	if op.Shadow {
 		t = append(t, " shadow=1"...)

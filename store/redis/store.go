@@ -14,8 +14,8 @@ import (
 )
 
 // Store is the Redis implementation of store.Store. It is safe for
-// concurrent use. It is a remote store: limiters give each call a deadline
-// and a circuit breaker. Call Close when done.
+// concurrent use. It is a remote store: put it under a guard (store/guard)
+// for a deadline on each call and a circuit breaker. Call Close when done.
 type Store struct {
 	c         rueidis.Client
 	owned     bool // made by New: Close closes it
@@ -86,7 +86,7 @@ func newStore(c rueidis.Client, opts *Options) (*Store, error) {
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
-	r := &rueidisRunner{c: c}
+	r := &rueidisRunner{c: c, loading: make(chan struct{}, 1)}
 	s.r, s.run = r, r
 	if max := cmp.Or(opts.MaxCoalesce, DefaultMaxCoalesce); !r.cluster() && max > 1 {
 		s.run = &coalescer{rueidisRunner: r, max: max}
@@ -209,135 +209,6 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	return err
 }
 
-// localNow is the local clock reading (ns) the Cluster breakers work with.
-func (s *Store) localNow(b *store.Batch) int64 {
-	if s.batchTime {
-		return b.Now.UnixNano()
-	}
-	return time.Now().UnixNano()
-}
-
-// retryable reports whether a call that failed with err is sent once more:
-// a connection error while ctx still has time. A connection the server
-// closed (a restart, a failover) is found dead only when next written to,
-// so the first call on each one fails. The call may have run before the
-// connection broke; running it again then charges twice, which is stricter,
-// never looser, for every mode but compensate (whose second run would give
-// back twice), and a refund's spent-ticket record makes its second run a
-// no-op.
-func retryable(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var se *serverError
-	return !errors.As(err, &se)
-}
-
-// group is the ops of a batch that share a slot, with their script call.
-type group struct {
-	idx     []int
-	c       call
-	slot    uint16
-	node    *node // the slot's master, in Cluster once known
-	refused bool  // by the master's open breaker: the call did not go out
-	part    bool  // one op of a group taken apart on a migrating slot (see apart)
-	waited  bool  // refused for a migrating slot or a loading node, sent again (see settle)
-}
-
-// mode is the script mode g's call runs in: a refund's part is a
-// compensation, its ticket recorded spent already (see apart).
-func (g *group) mode(m int) int {
-	if g.part && m == int(store.Refund) {
-		return modeCompensate
-	}
-	return m
-}
-
-// groups splits b's ops by Cluster slot, in order of first appearance;
-// outside Cluster they are one group.
-func (s *Store) groups(b *store.Batch) []*group {
-	if s.nodes == nil {
-		g := &group{idx: make([]int, len(b.Ops))}
-		for i := range g.idx {
-			g.idx[i] = i
-		}
-		return []*group{g}
-	}
-	var gs []*group
-	for i := range b.Ops {
-		sl := slotOf(s.tag, b.Ops[i].Scope, b.Ops[i].Key)
-		j := 0
-		for j < len(gs) && gs[j].slot != sl {
-			j++
-		}
-		if j == len(gs) {
-			gs = append(gs, &group{slot: sl})
-		}
-		gs[j].idx = append(gs[j].idx, i)
-	}
-	return gs
-}
-
-// exec builds and runs the groups' calls, together. A group whose script
-// could not find the calendar window holding the server's time is run
-// again with windows computed around that time, one whose connection
-// broke is sent once more (see retryable), and one Redis refused because
-// its slot is migrating or its node loading is sent again within the
-// deadline, taken apart if it has several keys (see settle). In Cluster, a
-// group whose master's breaker is open is not sent, and every failure is a
-// *store.ConfinedError (see nodes). It returns the groups (with those
-// taken apart replaced by their parts) and the first error; groups that
-// succeeded keep their replies.
-func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int, now, ref int64, stamps []int64) ([]*group, error) {
-	var local int64 // the breakers' clock, read only in Cluster
-	if s.nodes != nil {
-		local = s.localNow(b)
-		s.nodes.due()
-	}
-	var calls []*call
-	for _, g := range gs {
-		if s.nodes != nil && !s.nodes.allow(g, local) {
-			g.refused = true
-			continue
-		}
-		s.build(&g.c, b, g.idx, g.mode(mode), now, ref, stamps)
-		calls = append(calls, &g.c)
-	}
-	if len(calls) > 0 {
-		s.run.run(ctx, calls)
-	}
-	calls = calls[:0]
-	for _, g := range gs {
-		if !g.refused && mode != modeCompensate && retryable(ctx, g.c.err) {
-			calls = append(calls, &g.c)
-		}
-	}
-	if len(calls) > 0 {
-		s.run.run(ctx, calls)
-	}
-	gs = s.settle(ctx, b, gs, mode, now, ref, stamps)
-	s.rename(ctx, b, gs, mode, now, stamps)
-	var first error
-	for _, g := range gs {
-		if g.c.err == nil && g.c.shape.aligned && !missed(&g.c) {
-			g.c.reply = expandAligned(&g.c, b, g.idx)
-		}
-		if g.c.err == nil && len(g.c.reply) != 2+replyPerOp*len(g.idx) {
-			g.c.err = fmt.Errorf("redis: unexpected script reply of %d values", len(g.c.reply))
-		}
-		if s.nodes != nil && !g.refused {
-			s.nodes.record(ctx, g, local)
-		}
-		if g.c.err != nil && first == nil {
-			first = g.c.err
-			if s.nodes != nil {
-				first = confine(g, first)
-			}
-		}
-	}
-	return gs, first
-}
-
 // results copies a group's reply into its ops. With statusOnly, only the
 // remaining units and reset time are taken (a compensation's reply).
 func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
@@ -363,32 +234,6 @@ func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
 			op.Stamp = v[replyStamp]
 		}
 	}
-}
-
-// rename sends again, named at the server's reading, the calls of gs that
-// missed (an aligned window's key named for another window than the one
-// holding the server's time: clocks that straddle a boundary, or a call
-// sent again after a wait), up to three times.
-func (s *Store) rename(ctx context.Context, b *store.Batch, gs []*group, mode int, now int64, stamps []int64) {
-	for range 3 {
-		var calls []*call
-		for _, g := range gs {
-			if !g.refused && missed(&g.c) {
-				s.build(&g.c, b, g.idx, g.mode(mode), now, g.c.reply[1], stamps)
-				calls = append(calls, &g.c)
-			}
-		}
-		if len(calls) == 0 {
-			return
-		}
-		s.run.run(ctx, calls)
-	}
-}
-
-// missed reports whether c's reply is a miss: an aligned window's key
-// named for another window than the one holding the script's time.
-func missed(c *call) bool {
-	return c.err == nil && len(c.reply) == 2 && c.reply[0] == -1
 }
 
 // compensate gives back what the groups of a cross-slot consume took when

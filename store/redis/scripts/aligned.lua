@@ -1,15 +1,60 @@
--- aligned: the common case in straight lines. A consume whose every rule
--- is an aligned fixed window (the whole Envoy workload) comes as one
--- argument, "aligned now cost ops" and per op "limit start stop shadow"
--- (µs; shadow 0 or 1), such as "aligned -1 1 1 100 1733220000000000
--- 1733220060000000 0", with the ops' window keys. Each key is charged by
--- its INCRBY and, if that made the decision go over, given back by a
--- DECRBY in the same call: no other call sees the difference, and an
--- admitted decision (the common case) costs the server one command per
--- rule.
+-- Clock- and calendar-aligned fixed windows: a bare counter in a key that
+-- names the window's start in Unix ms ("...}:fixed:1733220000000"): GET
+-- shows the count, PTTL the time to the window's end, and the next window
+-- is another key. The caller names the key (it is one of the call's keys,
+-- so Cluster routes it, and it is read with the call's others) and sends
+-- the window's bounds: Lua cannot read time zones. A call whose clock is
+-- in another window is a miss, sent again named at the call's reading. A
+-- window counts, checks and gives back as any fixed window (fixed.lua).
 
--- specs holds the heads read, across calls (their windows change, so up to
--- maxspecs of them), when the head uses the server's time.
+local aligned = {check = fixed.check, take = fixed.take, give = fixed.give, expiry = fixed.expiry, forget = fixed.forget}
+
+-- add adds n (text: n as the argument INCRBY takes) to key's count, gives
+-- a window's first count its TTL (to the window's end, stop), and returns
+-- the count. A later batch of the call reads the key as it left it (see
+-- ints).
+local function add(key, n, text, stop)
+  local c = redis.call('INCRBY', key, text)
+  if c == n then redis.call('PEXPIRE', key, ttl(stop)) end
+  if fetched then ints[key] = c end
+  return c
+end
+
+-- load reads the count of the window the key names, if now is in it
+-- (op.a is -1 if not).
+function aligned.load(op)
+  if now < op.start or now >= op.stop then op.a = -1; return end
+  op.a, op.c, op.live = op.start, op.stop, true
+  local n = ints[op.key]
+  if n == nil then
+    n = tonumber(cached[op.key]) or false -- the call's MGET read it
+    ints[op.key] = n
+  end
+  if n then op.b, op.exists = n, true end
+  op.base = op.b
+end
+
+-- missed reports that the call's clock is not in the window the key
+-- names.
+function aligned.missed(op) return op.a < 0 end
+function aligned.normalize(op) return op.a >= 0 end
+
+function aligned.status(op) return max(0, op.limit - op.b), op.c - now end
+
+-- save writes what the decision changed, by the difference from what was
+-- loaded.
+function aligned.save(op)
+  local d = op.b - op.base
+  if d ~= 0 then op.base = add(op.key, d, d, op.c) end
+end
+
+-- The common case runs in straight lines: a consume whose every rule is an
+-- aligned window (the whole Envoy workload) comes as one argument,
+-- "aligned now cost ops" and per op "limit start end shadow" (µs; shadow 0
+-- or 1), such as "aligned -1 1 1 100 1733220000000000 1733220060000000
+-- 0", with the ops' window keys. specs holds the heads read, across calls
+-- (their windows change, so up to maxspecs of them), when the head uses
+-- the server's time.
 local specs, nspecs, maxspecs = {}, 0, 1024
 
 -- spec returns the head text's batch, or nil if text is not an aligned
@@ -25,10 +70,11 @@ local function spec(text)
   -- formats a number with "%.17g", at about 1,500 instructions.
   s = {now = t, cost = tonumber(cost), costtext = cost, n = n}
   if s.cost > MAX then s.cost, s.costtext = MAX, format('%d', MAX) end
+  s.backtext = '-' .. s.costtext
   for j = 1, n do
     local limit, start, stop, shadow = tonumber(it()), tonumber(it()), tonumber(it()), it()
     if not shadow then error('floodgate: the batch head ' .. text .. ' lacks an op') end
-    s[j] = {limit = limit, start = start, stop = stop, shadow = shadow == '1'}
+    s[j] = {limit = limit, a = start, c = stop, shadow = shadow == '1'}
   end
   if t == -1 then
     if nspecs >= maxspecs then specs, nspecs = {}, 0 end
@@ -37,46 +83,45 @@ local function spec(text)
   return s
 end
 
--- charge adds cost to key's window counter, which is given a TTL to the
--- window's end (stop) by the charge that opens it, and returns the count.
--- A generic batch later in the call reads the key as the call left it:
--- from the call's MGET if it has not run yet, else from ints.
-local function charge(key, s, stop)
-  local c = redis.call('INCRBY', key, s.costtext)
-  if c == s.cost then redis.call('PEXPIRE', key, ttl(stop)) end
-  if fetched then ints[key] = c end
-  return c
-end
-
-local function giveback(key, s)
-  local c = redis.call('DECRBY', key, s.costtext)
-  if fetched then ints[key] = c end
-end
-
--- aligned applies the batch whose head is s and whose keys start at
--- KEYS[k], and adds its reply: per op the count its window held before
--- the decision, from which the caller works out the rest (now is the
--- call's, or the head's; see store/redis/script.go's expandAligned), or -1
--- alone, a miss (see apply.lua).
-local function aligned(s, k)
+-- consume applies the batch whose head is s and whose keys start at
+-- KEYS[k]: decide (apply.lua) written out for aligned windows, checking
+-- each as fixed.check does. A window is charged (add) before it is
+-- checked, and given back in the same call if the decision is denied or
+-- the window had no room, so an admitted decision costs one command per
+-- rule. The reply is -1 alone, a miss (see apply.lua), or per op x: 3
+-- times the window's count before (at most its limit; a limit is at most
+-- 2^51, so x is exact), plus 0 if it had room for the cost (and was
+-- charged if the decision was admitted), 1 if not, 2 if it never has; or
+-- -2 - x if the decision was denied (see store/redis/script.go).
+local function consume(s, k)
   settime(s.now)
   local cost, n, m = s.cost, s.n, nout
-  for j = 1, n do local r = s[j]
-    if now < r.start or now >= r.stop then
+  for j = 1, n do local op = s[j]
+    if now < op.a or now >= op.c then
       out[m + 1], nout = -1, m + 1
       return
     end
   end
   local allowed = true
-  for j = 1, n do local r = s[j]
-    -- A count is never negative (-1 is a miss), and the caller decides
-    -- by the count it is sent, as the script does.
-    local before = max(0, charge(KEYS[k + j - 1], s, r.stop) - cost)
-    out[m + j] = before
-    if before + cost > r.limit and not r.shadow then allowed = false end
+  for j = 1, n do local op = s[j]
+    -- the count before the decision (a count is never negative)
+    local before = max(0, add(KEYS[k + j - 1], cost, s.costtext, op.c) - cost)
+    if before + cost <= op.limit then
+      out[m + j] = 3 * before
+    else
+      if not op.shadow then allowed = false end
+      out[m + j] = 3 * min(before, op.limit) + (cost > op.limit and 2 or 1)
+    end
   end
-  for j = 1, n do
-    if not allowed or out[m + j] + cost > s[j].limit then giveback(KEYS[k + j - 1], s) end
+  if allowed then
+    for j = 1, n do
+      if out[m + j] % 3 ~= 0 then add(KEYS[k + j - 1], -cost, s.backtext, s[j].c) end
+    end
+  else
+    for j = 1, n do
+      add(KEYS[k + j - 1], -cost, s.backtext, s[j].c)
+      out[m + j] = -2 - out[m + j]
+    end
   end
   nout = m + n
 end

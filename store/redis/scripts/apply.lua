@@ -5,18 +5,21 @@
 -- refund, reset, or compensate: a refund that keeps no spent-ticket record;
 -- now in µs, or -1 for the server's TIME); then per op its rule, such as
 -- "gcra limit=100 window=60000000 burst=20" (see args.lua), and for refunds
--- the stamp. KEYS holds each batch's keys in the same order: each op's
--- state key (a concurrency op has a second, its lease set), then, for a
--- refund, its spent-ticket key.
+-- the stamp; a refund ends with how long (µs) its ticket is remembered
+-- spent (algo.TicketLifetime). KEYS holds each batch's keys in the same
+-- order: each op's state key (a concurrency op has a second, its lease
+-- set), then, for a refund, its spent-ticket key. A refund of no ops
+-- records its ticket spent and gives nothing back.
 --
 -- The reply is one flat array: the server's time (µs) if the call read
 -- it, else -1; then batch after batch, each applied atomically and
 -- independently of the others, exactly as alone: allowed and now, then per
 -- op status, retry, remaining, reset and stamp (status 0 refused, 1
--- admitted, 2 admitted and charged, 3 never: the cost exceeds the limit);
+-- admitted, 2 admitted and charged, 3 never: the cost exceeds the limit;
+-- a refund is "allowed" when its ticket was not spent before);
 -- or -1 and now when now is not in the window an aligned fixed window's key
 -- names (nothing has changed; the caller names the keys at now and
--- retries); or the batch's error, alone; an aligned batch's is its own
+-- retries); or the batch's error, alone; an aligned consume's is its own
 -- (see aligned.lua). The caller knows each batch's length from what it
 -- sent. Integers, not text: Redis writes a reply's integers in C,
 -- string.format costs about 0.3 µs a number. Each number still costs the
@@ -62,7 +65,8 @@ end
 
 -- refund gives back to the stored state (normalized only for in-place
 -- kinds, see algo.Give), which keeps its TTL: it can only reach "nothing
--- held" sooner. The reply reports it brought to now.
+-- held" sooner, and records a refund's ticket spent. The reply reports it
+-- brought to now.
 local function refund(b)
   if b.mode == 'refund' and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
   for j = 1, #b.ops do
@@ -91,7 +95,7 @@ local function refund(b)
     end
   end
   if b.mode == 'refund' then redis.call('SET', b.spent, '1', 'PX', ttl(now + b.keep)) end
-  return reply(b, false)
+  return reply(b, true)
 end
 
 -- decide runs a consume, peek or record: every rule is brought to now and
@@ -140,7 +144,7 @@ local function call(keys, args)
   while i <= #ARGV do
     local s, ok, err = spec(ARGV[i])
     if s then
-      ok, err = pcall(aligned, s, k)
+      ok, err = pcall(consume, s, k)
       i, k = i + 1, k + s.n
     else
       local b

@@ -2,20 +2,20 @@
 
 -- rule reads a rule: its algorithm, then name=value fields: limit, window
 -- (µs), burst, buckets (sliding windows), align (fixed windows: first_hit,
--- the default, clock, day or month; an aligned window comes with start, and
--- a calendar one with end, the window its key names: Lua cannot read
--- zones) and shadow=1. Rules repeat (one per limiter rule and window), so
--- each is read once and kept, across calls, up to maxrules of them.
+-- the default, clock, day or month; an aligned window, see aligned.lua,
+-- comes with start and end, the window its key names) and shadow=1. Rules
+-- repeat (one per limiter rule and window), so each is read once and
+-- kept, across calls, up to maxrules of them.
 local rules, nrules, maxrules = {}, 0, 4096
 local function rule(text)
   local r = rules[text]
   if r then return r end
   local name, rest = match(text, '^(%S+)(.*)$')
-  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, align = 'first_hit', start = 0, stop = 0, shadow = false}
+  r = {kind = ALG[name], limit = 0, window = 0, burst = 0, buckets = 0, start = 0, stop = 0, shadow = false}
   if not r.kind then error('floodgate: unknown algorithm in ' .. text) end
   for k, v in string.gmatch(rest, '(%w+)=(%S+)') do
     if k == 'align' then
-      r.align = v
+      if v ~= 'first_hit' then r.kind = aligned end
     elseif k == 'shadow' then
       r.shadow = v == '1'
     elseif k == 'end' then
@@ -24,11 +24,6 @@ local function rule(text)
       r[k] = tonumber(v)
     end
   end
-  -- How long a refunded ticket is remembered (algo.TicketLifetime): a
-  -- calendar day can last 25 hours and a month 31 days.
-  r.lifetime = r.window
-  if r.align == 'day' then r.lifetime = 25 * 3600e6 elseif r.align == 'month' then r.lifetime = 32 * 24 * 3600e6 end
-  if r.align == 'clock' then r.stop = r.start + r.window end
   if nrules >= maxrules then rules, nrules = {}, 0 end
   rules[text], nrules = r, nrules + 1
   return r
@@ -64,7 +59,7 @@ local function parse(i, k)
   local b = batch
   local h = head(ARGV[i])
   b.mode, b.now, b.cost, b.ticket = h.mode, h.now, h.cost, h.ticket
-  b.keep, b.spent = 0, false
+  b.spent = false
   local refund = b.mode == 'refund' or b.mode == 'compensate'
   local n = h.n
   i = i + 1
@@ -73,16 +68,15 @@ local function parse(i, k)
     pool[j], b.ops[j] = op, op
     op.kind, op.key, op.lkey, op.ticket, op.stamp = r.kind, KEYS[k], false, b.ticket, 0
     op.limit, op.window, op.burst, op.buckets = r.limit, r.window, r.burst, r.buckets
-    op.align, op.start, op.stop, op.shadow = r.align, r.start, r.stop, r.shadow
+    op.start, op.stop, op.shadow = r.start, r.stop, r.shadow
     op.a, op.b, op.c, op.live, op.exists, op.dirty = 0, 0, 0, false, false, false
     op.base, op.opened = 0, false
     op.ok, op.never, op.took, op.retry, op.rem, op.reset, op.out = false, false, false, 0, 0, 0, 0
     i, k = i + 1, k + 1
     if r.kind.keys == 2 then op.lkey, k = KEYS[k], k + 1 end
     if refund then op.stamp, i = tonumber(ARGV[i]), i + 1 end
-    b.keep = max(b.keep, r.lifetime)
   end
   for j = n + 1, #b.ops do b.ops[j] = nil end
-  if b.mode == 'refund' then b.spent, k = KEYS[k], k + 1 end
+  if b.mode == 'refund' then b.spent, b.keep, k, i = KEYS[k], tonumber(ARGV[i]), k + 1, i + 1 end
   return b, i, k
 end

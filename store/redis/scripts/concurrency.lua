@@ -119,3 +119,22 @@ function leases.save(op, exp)
 end
 
 function leases.forget(op) redis.call('DEL', op.key, op.lkey) end
+
+-- prime is the library's second function, for a Cluster slot being
+-- migrated (see store/redis/moving.go): it makes KEYS[1], one of a
+-- concurrency rule key's two keys, exist if it does not, as ARGV[1] says:
+-- 'state' (n=0, no lease) or 'leases' (one placeholder lease, long lapsed,
+-- which the next call drops). Both mean what no key means. The key expires
+-- ARGV[3] µs (the rule's window) after now (ARGV[2]: µs, or -1 for the
+-- server's TIME).
+local function prime(keys, args)
+  begin(keys, args)
+  settime(tonumber(args[2]))
+  local key = keys[1]
+  if redis.call('EXISTS', key) == 0 then
+    if args[1] == 'state' then redis.call('HSET', key, 'n', 0) else redis.call('ZADD', key, 0, '') end
+    redis.call('PEXPIRE', key, ttl(now + tonumber(args[3])))
+  end
+  return 0
+end
+redis.register_function(FUNCTION .. '_prime', prime)

@@ -1,16 +1,12 @@
--- fixed_window: the units counted in a window, as integers.
+-- fixed_window: the units counted in a window, as integers. A first-hit
+-- window, here, is a hash in the rule key's own key, n the count and e the
+-- window's end (µs): its start is the key's first hit, so the key cannot
+-- name it. A clock- or calendar-aligned window (aligned.lua) is a counter
+-- in a key that names the window; it counts, checks and gives back as a
+-- first-hit window does, with the functions below. Both expire with their
+-- window.
 --
--- A clock- or calendar-aligned window is a bare counter in a key that
--- names the window's start in Unix ms ("...}:fixed:1733220000000"): GET
--- shows the count, PTTL the time to the window's end, and the next window
--- is another key. The caller names the key (it is one of the call's keys,
--- so Cluster routes it, and it is read with the call's others); a call
--- whose clock is in another window is a miss, sent again named at the
--- call's reading. A first-hit window is a hash in the rule key's own key,
--- n the count and e the window's end (µs): its start is the key's first
--- hit, so the key cannot name it. Both expire with their window.
---
--- A change is written by the command that makes it (INCRBY, HINCRBY), so
+-- A change is written by the command that makes it (HINCRBY, INCRBY), so
 -- a key keeps the TTL it was given when its window opened, however many
 -- of a call's decisions charge it; a window's first charge gives it that
 -- TTL.
@@ -18,51 +14,35 @@
 local fixed = {}
 ALG.fixed_window = fixed
 
--- load reads the count of the window the key names, if now is in it
--- (aligned; op.a is -1 if not), or of the stored window (first hit).
+-- load reads the stored window: its count b and its end c.
 function fixed.load(op)
   local k = op.key
-  if op.align == 'first_hit' then
-    local st = ints[k]
-    if st == nil then
-      st = false
-      -- A string here (the call's MGET read it) is an earlier build's
-      -- text state: it counts as absent, and opening a window replaces it.
-      if not cached[k] then
-        local v = redis.call('HMGET', k, 'n', 'e')
-        if v[1] and v[2] then st = {tonumber(v[1]), tonumber(v[2])} end
-      end
-      ints[k] = st
+  local st = ints[k]
+  if st == nil then
+    st = false
+    -- A string here (the call's MGET read it) is an earlier build's
+    -- text state: it counts as absent, and opening a window replaces it.
+    if not cached[k] then
+      local v = redis.call('HMGET', k, 'n', 'e')
+      if v[1] and v[2] then st = {tonumber(v[1]), tonumber(v[2])} end
     end
-    if st then
-      op.b, op.c, op.a = st[1], st[2], st[2] - op.window
-      op.live, op.exists = true, true
-    end
-    op.base = op.b
-    return
+    ints[k] = st
   end
-  if now < op.start or now >= op.stop then op.a = -1; return end
-  op.a, op.c, op.live = op.start, op.stop, true
-  local n = ints[k]
-  if n == nil then
-    n = tonumber(cached[k]) or false -- the call's MGET read it
-    ints[k] = n
+  if st then
+    op.b, op.c, op.a = st[1], st[2], st[2] - op.window
+    op.live, op.exists = true, true
   end
-  if n then op.b, op.exists = n, true end
   op.base = op.b
 end
 
--- missed reports that the call's clock is not in the window the key
--- names.
-function fixed.missed(op) return op.align ~= 'first_hit' and op.a < 0 end
-
 function fixed.normalize(op)
-  if op.align ~= 'first_hit' then return op.a >= 0 end
   if op.live and now < op.c then return true end
   op.a, op.b, op.c, op.live, op.dirty, op.opened = now, 0, now + op.window, true, true, true
   return true
 end
 
+-- check, take, give and expiry work on any fixed window: b units counted
+-- in the window [a, c).
 function fixed.check(op, n)
   if n > op.limit then return false, true, 0 end
   if op.b + n <= op.limit then return true, false, 0 end
@@ -78,28 +58,21 @@ function fixed.give(op, n, stamp)
   if stamp == op.a and now < op.c then op.b, op.dirty = max(0, op.b - n), true end
 end
 
-function fixed.status(op)
-  if op.b == 0 and op.align == 'first_hit' then return op.limit, 0 end
-  return max(0, op.limit - op.b), op.c - now
-end
-
 -- A window with nothing counted means the same as no key.
 function fixed.expiry(op)
   if op.b == 0 then return now end
   return op.c
 end
 
+function fixed.status(op)
+  if op.b == 0 then return op.limit, 0 end
+  return max(0, op.limit - op.b), op.c - now
+end
+
 -- save writes what the decision changed, by the difference from what was
 -- loaded; a window that opens gets its TTL (to its end, op.c).
 function fixed.save(op)
   local k, d = op.key, op.b - op.base
-  if op.align ~= 'first_hit' then
-    if d == 0 then return end
-    local n = redis.call('INCRBY', k, d)
-    if n == d then redis.call('PEXPIRE', k, ttl(op.c)) end
-    ints[k], op.base = n, n
-    return
-  end
   if op.opened then
     if cached[k] then redis.call('DEL', k); cached[k] = false end
     redis.call('HSET', k, 'n', op.b, 'e', op.c)

@@ -1,7 +1,9 @@
 -- floodgate: what every algorithm's script shares. The scripts are one
 -- Redis Functions library, in the order lib, fixed, aligned, bucket,
 -- sliding, concurrency, args, apply (see apply.lua for the call): the
--- library is loaded once per node, and each call runs only the function.
+-- library is loaded once per node, and each call runs only a function:
+-- the decisions' (apply.lua) or, on a migrating Cluster slot, prime
+-- (concurrency.lua).
 -- Each file ports its part of internal/algo.
 --
 -- Every quantity is an integer number of microseconds or units held in a
@@ -120,7 +122,7 @@ local function finish()
 end
 
 -- prefetch reads every key of the call (in chunks that fit Lua's stack),
--- once, before the first batch that loads state (aligned batches do not).
+-- once, before the first batch that loads state (aligned consumes do not).
 -- MGET answers nil for a key of another type (a sliding window's hash, a
 -- lease set), which only string states are read through. A key an earlier
 -- batch of the call changed is read as it left it: those changes are
@@ -184,11 +186,13 @@ local function texted(kind, text, pattern, x, y, z)
   return kind
 end
 
--- ALG holds each algorithm's functions, by its configuration name. Each
--- takes an op: {key, limit, window, burst, align, a, b, c, live, exists,
--- dirty, ...} and works at now:
---   load(op) reads the state; normalize(op) brings it to now (false: the
---     calendar window holding now was not passed in);
+-- ALG holds each algorithm's functions, by its configuration name (an
+-- aligned fixed window's are aligned.lua's). Each takes an op: {key,
+-- limit, window, burst, start, stop, a, b, c, live, exists, dirty, ...}
+-- and works at now:
+--   load(op) reads the state; normalize(op) brings it to now (false: now
+--     is not in the aligned window the key names; missed(op) says so
+--     without normalizing);
 --   check(op, n) -> ok, never, retry; take(op, n) -> stamp;
 --   give(op, n, stamp); status(op) -> remaining, reset;
 --   expiry(op) -> the instant the state means no key (default now + reset);
