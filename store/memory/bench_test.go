@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/benchtool"
+	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -325,4 +326,44 @@ func TestSameKeyUnderManyRules(t *testing.T) {
 	if got := st.Len(); got != 0 {
 		t.Fatalf("Len() = %d after Reset, want 0", got)
 	}
+}
+
+// BenchmarkOneRule decides a consume of one token-bucket rule on 10,000
+// existing keys through the store's bound set, as a limiter of one rule
+// does: by One, the store's one specialised function (decideOne), and by
+// Decide with a Call of one op, the general decide every other decision
+// takes. The difference is what decideOne is kept for.
+//
+//	go test -run '^$' -bench OneRule -benchmem -count 8 ./store/memory
+func BenchmarkOneRule(b *testing.B) {
+	st := memory.New(&memory.Options{SweepInterval: -1})
+	defer st.Close()
+	bound := st.Bind([]store.BoundRule{{Scope: "bench/per-user@1s",
+		Params: store.Params{Algorithm: store.TokenBucket, Limit: 1_000_000_000, Burst: 1_000_000_000, Window: time.Second}}})
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+		bound.One(store.Consume, time.Now().UnixMicro(), 1, 0, keys[i], 0, 0)
+	}
+	now := time.Now().UnixMicro()
+	b.Run("one", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if _, _, ok := bound.One(store.Consume, now, 1, 0, keys[i%len(keys)], 0, 0); !ok {
+				b.Fatal("denied")
+			}
+			i++
+		}
+	})
+	b.Run("decide", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			c := store.Call{Mode: store.Consume, Now: now, Cost: 1, N: 1}
+			c.Keys[0] = keys[i%len(keys)]
+			if !bound.Decide(c).Allowed {
+				b.Fatal("denied")
+			}
+			i++
+		}
+	})
 }
