@@ -383,33 +383,3 @@ func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
 	}
 	return out
 }
-
-// SplitLeases returns two views of l (see Only), sharing its state: one
-// with l's Concurrency rules, one with the others, either nil when l has
-// none. Work whose usage is known only when it ends holds a lease of the
-// first for its whole duration (Decide, then Refund of its Outcome's
-// LeaseTicket) and
-// records its usage into the second: an in-flight cap and a usage limit
-// (tokens per minute) on one route. Recording into l itself would add a
-// lease that is never released.
-func (l *Limiter) SplitLeases() (leases, rest *Limiter, err error) {
-	var ln, rn []string
-	for _, c := range l.rules {
-		if c.Algorithm == Concurrency {
-			ln = append(ln, c.Name)
-		} else {
-			rn = append(rn, c.Name)
-		}
-	}
-	if len(ln) > 0 {
-		if leases, err = l.Only(ln...); err != nil {
-			return nil, nil, err
-		}
-	}
-	if len(rn) > 0 {
-		if rest, err = l.Only(rn...); err != nil {
-			return nil, nil, err
-		}
-	}
-	return leases, rest, nil
-}

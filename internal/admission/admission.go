@@ -38,7 +38,7 @@ type Gate struct {
 	// binding rule's figures alone, for less.
 	detail bool
 	// With ChargeAfter and Concurrency rules: the views that hold the
-	// handler's lease and take the usage after (Limiter.SplitLeases).
+	// handler's lease and take the usage after (splitLeases).
 	leases, rest *floodgate.Limiter
 }
 
@@ -56,11 +56,39 @@ func New(l *floodgate.Limiter, opts Options) (*Gate, error) {
 	}
 	if opts.ChargeAfter && leased {
 		var err error
-		if g.leases, g.rest, err = l.SplitLeases(); err != nil {
+		if g.leases, g.rest, err = splitLeases(l, rules); err != nil {
 			return nil, err
 		}
 	}
 	return g, nil
+}
+
+// splitLeases returns two views of l with the given rules (see
+// floodgate.Limiter.Only), sharing its state: one with l's Concurrency
+// rules, one with the others, either nil when l has none. Work whose usage
+// is known only when it ends holds a lease of the first for its whole
+// duration and records its usage into the second: recording into l itself
+// would add a lease that is never released.
+func splitLeases(l *floodgate.Limiter, rules []floodgate.Rule) (leases, rest *floodgate.Limiter, err error) {
+	var ln, rn []string
+	for _, r := range rules {
+		if r.Algorithm == floodgate.Concurrency {
+			ln = append(ln, r.Name)
+		} else {
+			rn = append(rn, r.Name)
+		}
+	}
+	if len(ln) > 0 {
+		if leases, err = l.Only(ln...); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(rn) > 0 {
+		if rest, err = l.Only(rn...); err != nil {
+			return nil, nil, err
+		}
+	}
+	return leases, rest, nil
 }
 
 // Admission is the decision on one request and what settling it needs.
