@@ -25,6 +25,7 @@ import (
 type sheet struct {
 	mode     Mode
 	cost     int64
+	hold     store.Hold // a reservation's (Reserve): held by the reservable rules
 	ticket   uint64
 	now      int64 // µs since the Unix epoch, by the limiter's clock
 	admitted bool  // a consume was admitted and charged
@@ -39,8 +40,15 @@ type applied struct {
 	rule         *compiledRule
 	key          string
 	limit, burst int64
-	stamp        int64 // an output of consume and record, an input of refund
+	held         bool  // the rule holds the sheet's hold (a reservation)
+	stamp        int64 // an output of consume and record, an input of refund and settle
 	res          store.Result
+}
+
+// holdAsk is a reservation's ask: units held for time.
+type holdAsk struct {
+	units int64
+	time  time.Duration
 }
 
 // add appends rule r's op for key under limit and burst, and returns it.
@@ -71,11 +79,15 @@ func (sh *sheet) rules() []applied {
 // decide makes one decision of mode and cost for a request with attrs
 // or, from AllowKey, for key, the key of every rule keyed on one attribute
 // (the attributes and the key are apart: a struct holding both would make
-// the compiler think the attributes escape wherever the key does). o,
-// when not nil, receives it in full.
-func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, o *Outcome) Decision {
+// the compiler think the attributes escape wherever the key does); a
+// reservation (Reserve) when h holds units. o, when not nil, receives it
+// in full.
+func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, h holdAsk, attrs Attributes, key string, o *Outcome) Decision {
 	now := l.clock.Now()
 	sh := sheet{mode: mode, cost: cost, now: now.UnixMicro()}
+	if h.units > 0 {
+		sh.hold = store.Hold{Units: h.units, Until: sh.now + h.time.Microseconds()}
+	}
 	err := l.bind(ctx, attrs, key, &sh)
 	if err == nil && sh.n > 0 {
 		if mode != ModePeek && (o != nil || l.leases) {
@@ -123,7 +135,7 @@ func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *
 			}
 			limit, burst = p.Limit, p.Burst
 		}
-		sh.add(r, key, limit, burst)
+		sh.add(r, key, limit, burst).held = r.Reservable && sh.hold.Units > 0
 	}
 	return nil
 }
@@ -136,17 +148,17 @@ func (l *Limiter) exec(ctx context.Context, sh *sheet) error {
 		return l.send(ctx, sh)
 	}
 	now := sh.now
-	if len(l.rules) == 1 && sh.mode <= ModeRecord {
+	if len(l.rules) == 1 && sh.mode <= ModeRecord && sh.hold.Units == 0 {
 		a := &sh.inline[0]
 		limit, burst := a.overrides()
 		a.res, a.stamp, sh.admitted = l.bound.One(sh.mode, now, sh.cost, sh.ticket, a.key, limit, burst)
 		return nil
 	}
-	c := store.Call{Mode: sh.mode, Now: now, Cost: sh.cost, Ticket: sh.ticket, N: sh.n}
+	c := store.Call{Mode: sh.mode, Now: now, Cost: sh.cost, Ticket: sh.ticket, N: sh.n, Hold: sh.hold}
 	rs := sh.rules()
 	for i := range rs {
 		a := &rs[i]
-		c.Rules[i], c.Keys[i], c.Stamps[i] = a.rule.index, a.key, a.stamp
+		c.Rules[i], c.Keys[i], c.Stamps[i], c.Held[i] = a.rule.index, a.key, a.stamp, a.held
 		c.Limits[i], c.Bursts[i] = a.overrides()
 	}
 	ans := l.bound.Decide(c)
@@ -172,14 +184,14 @@ func (a *applied) overrides() (limit, burst int64) {
 func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 	b := l.batches.Get().(*store.Batch)
 	defer l.batches.Put(b)
-	*b = store.Batch{Mode: sh.mode, Now: time.UnixMicro(sh.now), Cost: sh.cost, Ticket: sh.ticket, Ops: b.Ops[:0]}
+	*b = store.Batch{Mode: sh.mode, Now: time.UnixMicro(sh.now), Cost: sh.cost, Ticket: sh.ticket, Hold: sh.hold, Ops: b.Ops[:0]}
 	rs := sh.rules()
 	for i := range rs {
 		a := &rs[i]
 		r := a.rule
 		p := r.params
 		p.Limit, p.Burst = a.limit, a.burst
-		b.Ops = append(b.Ops, store.Op{Scope: r.scope, Key: a.key, Params: p, Shadow: r.shadow, Grant: r.Grant, Stamp: a.stamp})
+		b.Ops = append(b.Ops, store.Op{Scope: r.scope, Key: a.key, Params: p, Shadow: r.shadow, Held: a.held, Grant: r.Grant, Stamp: a.stamp})
 	}
 	if err := l.store.Apply(ctx, b); err != nil {
 		return err

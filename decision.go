@@ -76,6 +76,7 @@ type Outcome struct {
 	limiter string
 	id      uint64
 	cost    int64
+	until   int64 // a reservation's: when its holds lapse (µs); 0 for any other decision
 }
 
 // RuleDecision is what one rule decided.
@@ -104,11 +105,21 @@ type RuleDecision struct {
 	algorithm Algorithm
 	stamp     int64
 	took      bool // units were charged to this rule
+	held      bool // a reservation's units were held on this rule
 }
 
-// Ticket returns what a refund of this outcome needs. It is valid only for
-// an admitted consume that charged something (see Ticket.Valid).
+// Ticket returns what a refund of this outcome needs, or for an admitted
+// reservation (Limiter.Reserve) what settling it needs: its held rules,
+// and when the holds lapse. It is valid only for an admitted consume that
+// charged something (see Ticket.Valid).
 func (o Outcome) Ticket() Ticket {
+	if o.until != 0 {
+		t := o.ticket(func(r RuleDecision) bool { return r.held })
+		if t.Valid() {
+			t.Until = time.UnixMicro(o.until)
+		}
+		return t
+	}
 	return o.ticket(func(RuleDecision) bool { return true })
 }
 

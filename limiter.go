@@ -73,11 +73,12 @@ type Options struct {
 
 // Limiter applies a set of rules to requests. It is safe for concurrent use.
 type Limiter struct {
-	name   string
-	store  store.Store
-	rules  []*compiledRule
-	byName map[string]*compiledRule
-	leases bool // a rule is Concurrency: consumes need a lease id
+	name       string
+	store      store.Store
+	rules      []*compiledRule
+	byName     map[string]*compiledRule
+	leases     bool // a rule is Concurrency: consumes need a lease id
+	reservable bool // a rule is Reservable
 	// bound decides on the rules by value when the store binds them
 	// (store.Binder); nil for other stores, which are sent Batches.
 	bound store.Bound
@@ -163,6 +164,7 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 		l.byName[r.Name] = c
 		l.rules = append(l.rules, c)
 		l.leases = l.leases || r.Algorithm == Concurrency
+		l.reservable = l.reservable || r.Reservable
 		l.dynamic = l.dynamic || r.Overrides != nil || r.LimitFunc != nil
 	}
 	l.keyAttr, l.byKey = keyAttr(l.rules)
@@ -216,7 +218,7 @@ func (l *Limiter) Shadow() bool { return l.shadow }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
-	return l.decide(ctx, ModeConsume, 1, attrs, "", nil)
+	return l.decide(ctx, ModeConsume, 1, holdAsk{}, attrs, "", nil)
 }
 
 // AllowN asks for n units. Every applicable rule must admit n for the
@@ -246,7 +248,7 @@ func (l *Limiter) decideN(ctx context.Context, mode Mode, attrs Attributes, n in
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decide(ctx, mode, n, attrs, "", nil), nil
+	return l.decide(ctx, mode, n, holdAsk{}, attrs, "", nil), nil
 }
 
 // AllowKey asks for one unit for key: the call for a limiter whose rules
@@ -260,9 +262,9 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	case !l.byKey:
 		return Decision{Reason: ReasonInvalid, Err: ErrNotOneKey}
 	case l.dynamic: // overrides and limit functions read the attributes
-		return l.decide(ctx, ModeConsume, 1, Attributes{l.keyAttr: key}, "", nil)
+		return l.decide(ctx, ModeConsume, 1, holdAsk{}, Attributes{l.keyAttr: key}, "", nil)
 	}
-	return l.decide(ctx, ModeConsume, 1, nil, single(key), nil)
+	return l.decide(ctx, ModeConsume, 1, holdAsk{}, nil, single(key), nil)
 }
 
 // keyAttr returns the one attribute name the keyed rules key on ("" when
@@ -289,7 +291,7 @@ func (l *Limiter) Decide(ctx context.Context, mode Mode, attrs Attributes, n int
 		return Outcome{}, err
 	}
 	var o Outcome
-	l.decide(ctx, mode, n, attrs, "", &o)
+	l.decide(ctx, mode, n, holdAsk{}, attrs, "", &o)
 	return o, nil
 }
 
@@ -321,6 +323,9 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 	}
 	if t.Limiter != l.name {
 		return ErrForeignTicket
+	}
+	if !t.Until.IsZero() {
+		return l.Release(ctx, t) // a reservation's
 	}
 	sh := sheet{mode: store.Refund, cost: t.Cost, ticket: t.ID, now: l.clock.Now().UnixMicro()}
 	for _, e := range t.Entries {
@@ -378,7 +383,7 @@ func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
 		res := &a.res
 		rd.Allowed, rd.Never = res.Allowed, res.Never
 		rd.Remaining, rd.ResetAfter, rd.RetryAfter = res.Remaining, res.ResetAfter, res.RetryAfter
-		rd.stamp = a.stamp
+		rd.stamp, rd.held = a.stamp, a.held
 		rd.took = sh.mode == ModeConsume && sh.admitted && res.Allowed
 	}
 	return out

@@ -91,7 +91,10 @@ func (l *Limiter) weight(d *Decision) int64 {
 // drawn into the sample.
 func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) {
 	if o != nil {
-		*o = Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost}
+		*o = Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost, until: sh.hold.Until}
+		if sh.hold.Units > 0 {
+			o.cost = sh.hold.Units // what the ticket's holds are
+		}
 	}
 	if l.observer == nil {
 		return

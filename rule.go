@@ -54,6 +54,11 @@ type Rule struct {
 	// Shadow makes the rule report without enforcing: a shadow rule that
 	// would deny neither denies the decision nor consumes.
 	Shadow bool
+	// Reservable lets Limiter.Reserve hold units of the rule: a budget,
+	// such as a tenant's tokens per day. Its keys keep the reservations'
+	// holds, and each decision on the rule counts them. It applies to
+	// FixedWindow rules, and not with Grant.
+	Reservable bool
 	// Grant asks for the rule's consumes to be answered in-process from
 	// quota grants, blocks of units the store charges at once, when the
 	// limiter's store is a grant decorator (store/grant) over a shared
@@ -142,6 +147,12 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	if r.Burst != 0 && r.Algorithm != TokenBucket && r.Algorithm != GCRA {
 		return nil, bad("burst", "applies to token_bucket and gcra only, not %s", r.Algorithm)
 	}
+	if r.Reservable && r.Algorithm != FixedWindow {
+		return nil, bad("reservable", "applies to fixed_window only, not %s", r.Algorithm)
+	}
+	if r.Reservable && r.Grant {
+		return nil, bad("reservable", "a rule answered from quota grants cannot hold reservations")
+	}
 	if r.Grant && r.Algorithm != FixedWindow && r.Algorithm != TokenBucket {
 		return nil, bad("grant", "applies to fixed_window and token_bucket only, not %s", r.Algorithm)
 	}
@@ -185,7 +196,7 @@ func compileRule(limiter string, index int, r Rule) (*compiledRule, error) {
 	c := &compiledRule{Rule: r, label: limiter + "/" + r.Name, scope: scope.Of(limiter, r.Name, r.Algorithm, r.Align, r.Window)}
 	c.params = store.Params{
 		Algorithm: r.Algorithm, Limit: r.Limit, Window: r.Window, Burst: r.Burst,
-		Buckets: r.Buckets, Align: r.Align, Location: r.Location,
+		Buckets: r.Buckets, Align: r.Align, Location: r.Location, Holds: r.Reservable,
 	}
 	if c.params.Burst == 0 && (r.Algorithm == TokenBucket || r.Algorithm == GCRA) {
 		c.params.Burst = r.Limit

@@ -3,6 +3,7 @@ package floodgate
 import (
 	"encoding/binary"
 	"errors"
+	"time"
 )
 
 // Ticket is what refunding an admitted decision needs: the rules it was
@@ -18,6 +19,10 @@ type Ticket struct {
 	ID      uint64
 	Cost    int64
 	Entries []TicketEntry
+	// Until is when a reservation's holds lapse (see Limiter.Reserve): the
+	// ticket settles the reservation. It is the zero Time for any other
+	// decision's ticket.
+	Until time.Time
 }
 
 // TicketEntry is one charged rule of a Ticket.
@@ -34,7 +39,7 @@ type TicketEntry struct {
 // Valid reports whether the ticket has anything to refund.
 func (t Ticket) Valid() bool { return t.Limiter != "" && len(t.Entries) > 0 }
 
-const ticketVersion = 1
+const ticketVersion = 2
 
 // MarshalBinary encodes the ticket compactly.
 func (t Ticket) MarshalBinary() ([]byte, error) {
@@ -43,6 +48,11 @@ func (t Ticket) MarshalBinary() ([]byte, error) {
 	b = appendString(b, t.Limiter)
 	b = binary.AppendUvarint(b, t.ID)
 	b = binary.AppendVarint(b, t.Cost)
+	var until int64
+	if !t.Until.IsZero() {
+		until = t.Until.UnixMicro()
+	}
+	b = binary.AppendVarint(b, until)
 	b = binary.AppendUvarint(b, uint64(len(t.Entries)))
 	for _, e := range t.Entries {
 		b = appendString(b, e.Rule)
@@ -66,9 +76,13 @@ func (t *Ticket) UnmarshalBinary(b []byte) error {
 	out.Limiter = r.string()
 	out.ID = r.uvarint()
 	out.Cost = r.varint()
+	until := r.varint()
 	n := r.uvarint()
-	if r.err || n > 64 || out.Cost < 0 {
+	if r.err || n > 64 || out.Cost < 0 || until < 0 {
 		return errTicketEncoding
+	}
+	if until > 0 {
+		out.Until = time.UnixMicro(until)
 	}
 	for range n {
 		e := TicketEntry{Rule: r.string(), Key: r.string(), Stamp: r.varint(), Limit: r.varint(), Burst: r.varint()}

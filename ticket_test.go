@@ -222,7 +222,7 @@ func TestTicketUnmarshalRejectsMalformedInput(t *testing.T) {
 	}}.MarshalBinary()
 	bad := map[string][]byte{
 		"empty":          nil,
-		"wrong version":  append([]byte{2}, valid[1:]...),
+		"wrong version":  append([]byte{1}, valid[1:]...),
 		"trailing bytes": append(bytes.Clone(valid), 0),
 		"negative cost":  encodeRawTicket(-1, 0),
 		"65 entries":     encodeRawTicket(1, 65),
@@ -246,8 +246,9 @@ func TestTicketUnmarshalRejectsMalformedInput(t *testing.T) {
 // encodeRawTicket encodes a ticket header with any cost and entry count,
 // followed by no entries.
 func encodeRawTicket(cost int64, entries uint64) []byte {
-	b := []byte{1, 1, 'x', 1}
+	b := []byte{2, 1, 'x', 1}
 	b = binary.AppendVarint(b, cost)
+	b = binary.AppendVarint(b, 0) // until: not a reservation's
 	return binary.AppendUvarint(b, entries)
 }
 
@@ -274,7 +275,7 @@ func FuzzTicketUnmarshal(f *testing.F) {
 		b, _ := tk.MarshalBinary()
 		f.Add(b)
 	}
-	f.Add([]byte{1, 0x80})
+	f.Add([]byte{2, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var tk floodgate.Ticket
 		if err := tk.UnmarshalBinary(b); err != nil {
@@ -364,5 +365,19 @@ func TestConcurrencyLeasesUnderContention(t *testing.T) {
 	}
 	if got := peek(t, l, user("a")).Remaining; got != limit {
 		t.Errorf("after every lease was released Remaining = %d, want %d", got, limit)
+	}
+}
+
+// A reservation's ticket keeps when its holds lapse through its encoding.
+func TestReservationTicketEncoding(t *testing.T) {
+	tk := floodgate.Ticket{Limiter: "llm", ID: 9, Cost: 8000, Until: time.UnixMicro(1_700_000_600_000_000),
+		Entries: []floodgate.TicketEntry{{Rule: "tokens-per-day", Key: "acme", Stamp: 1_699_920_000_000_000}}}
+	if got := cloneTicket(t, tk); !got.Until.Equal(tk.Until) || got.Cost != 8000 || got.Entries[0] != tk.Entries[0] {
+		t.Errorf("round trip = %+v, want %+v", got, tk)
+	}
+	plain := tk
+	plain.Until = time.Time{}
+	if got := cloneTicket(t, plain); !got.Until.IsZero() {
+		t.Errorf("a refund's ticket came back with Until %v", got.Until)
 	}
 }

@@ -63,8 +63,11 @@ type Call struct {
 	// Params.Burst for this decision (an override, a limit function, or
 	// the limits a refunded ticket was charged under).
 	Limits, Bursts [MaxCallOps]int64
-	// Stamps are the ops' Op.Stamp: an input of Refund.
+	// Stamps are the ops' Op.Stamp: an input of Refund and Settle.
 	Stamps [MaxCallOps]int64
+	// Held and Hold are the Batch's Op.Held and Hold: a reservation.
+	Held [MaxCallOps]bool
+	Hold Hold
 }
 
 // Answer is a bound decision's answer: Results[i] and Stamps[i] are what

@@ -47,9 +47,29 @@ const (
 	Refund
 	// Reset forgets the state of every Op's key.
 	Reset
+	// Settle ends reservations (see Batch.Hold). Each op is a rule that
+	// held units, with the Stamp of the window its hold was taken in.
+	//
+	// With a Ticket, Settle ends that reservation, once: a ticket already
+	// settled changes nothing, and Allowed is false. Otherwise, on each
+	// op's key, the hold of that id is removed and Cost, the units used,
+	// is charged in its place; a hold no longer there (it lapsed) charges
+	// Cost all the same; either charge lands only while the window named
+	// by Stamp is the key's current one. Result.Allowed says whether the
+	// op's hold was still there; Allowed is true. The store remembers the
+	// ticket settled for as long as a refund's (algo.TicketLifetime).
+	//
+	// Without a Ticket (0), Settle ends the oldest hold of each op's key
+	// (the first to lapse), whatever its id, charging Cost in its place, or
+	// charges Cost alone when the key holds none (Result.Allowed: a hold
+	// was found): for callers that cannot carry the ticket, such as
+	// Envoy's charge when an answer's stream is done.
+	//
+	// Results report each key as a record's do: a peek at 1 afterwards.
+	Settle
 )
 
-var modeNames = [...]string{"consume", "peek", "record", "refund", "reset"}
+var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "settle"}
 
 // String returns the mode's name, such as "consume".
 func (m Mode) String() string {
@@ -74,6 +94,15 @@ type Batch struct {
 	Ticket uint64
 	// Ops are the applicable rules, in the limiter's rule order.
 	Ops []Op
+	// Hold, when its Units are not 0, makes a Consume a reservation: each
+	// op marked Held checks Units instead of Cost and, when the batch is
+	// admitted, holds them as reservation Ticket until Until (or its
+	// window's end, if sooner), instead of being charged. Held units count
+	// against the rule as charged ones do until a Settle ends the hold or
+	// it lapses, when the store gives them back by itself. The other ops
+	// are checked and charged Cost, all or nothing with the holds. A held
+	// op's Stamp is the window the hold was taken in.
+	Hold Hold
 
 	// Allowed is set by Consume: true when every enforced rule admitted
 	// and the batch was charged.
@@ -92,6 +121,8 @@ type Op struct {
 	Params Params
 	// Shadow ops are evaluated but never deny the batch.
 	Shadow bool
+	// Held marks the op of a rule that holds Batch.Hold (see there).
+	Held bool
 	// Grant is the rule's floodgate.Rule.Grant: a grant decorator
 	// (store/grant) answers the op's consumes from quota grants. Stores
 	// ignore it.
@@ -113,6 +144,10 @@ type Params struct {
 	Buckets   int64 // SlidingWindow sub-buckets
 	Align     Align
 	Location  *time.Location // AlignDay and AlignMonth
+	// Holds says the rule's keys may hold reservations (FixedWindow
+	// only): every decision on them counts the live holds (see
+	// Batch.Hold).
+	Holds bool
 }
 
 // Result is one rule's answer to one batch.
@@ -130,4 +165,11 @@ type Result struct {
 	// time after which the same cost would be admitted, assuming no other
 	// traffic.
 	RetryAfter time.Duration
+}
+
+// Hold is what a reservation holds on each of its rules: Units, until
+// Until (µs since the Unix epoch).
+type Hold struct {
+	Units int64
+	Until int64
 }
