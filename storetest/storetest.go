@@ -189,4 +189,5 @@ func suite(t *testing.T, newStore func(t *testing.T) store.Store, cfg *config) {
 	t.Run("LimitChanges", func(t *testing.T) { testLimitChanges(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
+	t.Run("Reservations", func(t *testing.T) { testReservations(t, newStore) })
 }
