@@ -53,6 +53,10 @@
 //     gives tokens back only within one window of the charge.
 //   - After a change of limit a GCRA key keeps its theoretical arrival time
 //     rounded up to a whole µs: stores hold its fraction in 1/limit µs.
+//   - A reservation is a write: a first-hit window it opens lives to its
+//     end, and a denial's retry may be the lapse of a hold. Holds that
+//     lapse together end oldest first in the order they were taken (what
+//     settling without a ticket ends). See model.go for the rest.
 package storetest
 
 import (

@@ -301,7 +301,7 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.
 		// atomic step.
 		ticketShard = &s.shards[ops[0].shard]
 		if _, spent := ticketShard.spent[ticket]; spent {
-			return false
+			return false // changing nothing, and answering nothing per op
 		}
 		if len(ticketShard.spent) >= 4*ticketShard.cap {
 			// A full spent-ticket table refuses refunds, and settles
