@@ -29,9 +29,7 @@ type sheet struct {
 	ticket   uint64
 	now      int64 // µs since the Unix epoch, by the limiter's clock
 	admitted bool  // a consume was admitted and charged
-	n        int
-	inline   [store.MaxCallOps]applied
-	more     []applied // all the rules, when there are more than fit inline
+	applied  few[applied]
 }
 
 // applied is one applied rule of a decision: its key, its limits for this
@@ -53,28 +51,11 @@ type holdAsk struct {
 
 // add appends rule r's op for key under limit and burst, and returns it.
 func (sh *sheet) add(r *compiledRule, key string, limit, burst int64) *applied {
-	a := applied{rule: r, key: key, limit: limit, burst: burst}
-	switch {
-	case sh.n < len(sh.inline):
-		sh.inline[sh.n] = a
-	case sh.more == nil:
-		sh.more = make([]applied, len(sh.inline), 2*len(sh.inline))
-		copy(sh.more, sh.inline[:])
-		sh.more = append(sh.more, a)
-	default:
-		sh.more = append(sh.more, a)
-	}
-	sh.n++
-	return &sh.rules()[sh.n-1]
+	return sh.applied.add(applied{rule: r, key: key, limit: limit, burst: burst})
 }
 
 // rules are the applied rules.
-func (sh *sheet) rules() []applied {
-	if sh.more != nil {
-		return sh.more
-	}
-	return sh.inline[:sh.n]
-}
+func (sh *sheet) rules() []applied { return sh.applied.all() }
 
 // decide makes one decision of mode and cost for a request with attrs
 // or, from AllowKey, for key, the key of every rule keyed on one attribute
@@ -89,7 +70,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, h holdAsk, 
 		sh.hold = store.Hold{Units: h.units, Until: sh.now + h.time.Microseconds()}
 	}
 	err := l.bind(ctx, attrs, key, &sh)
-	if err == nil && sh.n > 0 {
+	if err == nil && sh.applied.n > 0 {
 		if mode != ModePeek && (o != nil || l.leases) {
 			sh.ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 		}
@@ -99,7 +80,7 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, h holdAsk, 
 	switch {
 	case err != nil:
 		d = l.failed(ctx, &sh, err)
-	case sh.n == 0:
+	case sh.applied.n == 0:
 		d.Allowed = true // no rule applies to this request
 	default:
 		d = verdict(&sh)
@@ -144,17 +125,17 @@ func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *
 // value when the store binds (the memory store), and its decision fits in
 // a store.Call; else as a Batch.
 func (l *Limiter) exec(ctx context.Context, sh *sheet) error {
-	if l.bound == nil || sh.n > store.MaxCallOps {
+	if l.bound == nil || sh.applied.n > store.MaxCallOps {
 		return l.send(ctx, sh)
 	}
 	now := sh.now
 	if len(l.rules) == 1 && sh.mode <= ModeRecord && sh.hold.Units == 0 {
-		a := &sh.inline[0]
+		a := &sh.applied.inline[0]
 		limit, burst := a.overrides()
 		a.res, a.stamp, sh.admitted = l.bound.One(sh.mode, now, sh.cost, sh.ticket, a.key, limit, burst)
 		return nil
 	}
-	c := store.Call{Mode: sh.mode, Now: now, Cost: sh.cost, Ticket: sh.ticket, N: sh.n, Hold: sh.hold}
+	c := store.Call{Mode: sh.mode, Now: now, Cost: sh.cost, Ticket: sh.ticket, N: sh.applied.n, Hold: sh.hold}
 	rs := sh.rules()
 	for i := range rs {
 		a := &rs[i]
@@ -308,8 +289,8 @@ func (l *Limiter) failed(ctx context.Context, sh *sheet, err error) Decision {
 			d.RetryAfter = max(re.RetryIn, time.Second)
 		}
 	}
-	if sh.n > 0 {
-		d.Rule, d.Limit = sh.inline[0].rule.Name, sh.inline[0].limit
+	if sh.applied.n > 0 {
+		d.Rule, d.Limit = sh.applied.inline[0].rule.Name, sh.applied.inline[0].limit
 	}
 	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, sh.now)
 	return d

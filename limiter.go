@@ -336,7 +336,7 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 		p := r.refundParams(e)
 		sh.add(r, e.Key, p.Limit, p.Burst).stamp = e.Stamp
 	}
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	if err := l.exec(ctx, &sh); err != nil {
@@ -354,7 +354,7 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 			sh.add(r, key, r.params.Limit, r.params.Burst)
 		}
 	}
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	return l.exec(ctx, &sh)
@@ -363,7 +363,7 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 // ruleDecisions is what each rule of sh decided, given the decision d.
 // When the store did not answer, each rule carries the decision's verdict.
 func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	rs := sh.rules()

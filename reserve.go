@@ -132,7 +132,7 @@ func (l *Limiter) SettleOldest(ctx context.Context, attrs Attributes, used int64
 
 // settle has the store settle sh and says what it found.
 func (l *Limiter) settle(ctx context.Context, sh *sheet) (Settlement, error) {
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return Settled, nil
 	}
 	if err := l.exec(ctx, sh); err != nil {
