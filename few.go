@@ -11,20 +11,27 @@ type few[T any] struct {
 	more   []T // all the values, when there are more than fit inline
 }
 
-// add appends v and returns it in place.
-func (f *few[T]) add(v T) *T {
-	switch {
-	case f.n < len(f.inline):
-		f.inline[f.n] = v
-	case f.more == nil:
+// next appends a zero value and returns it in place, for the caller to
+// fill in field by field: storing a whole value that holds pointers
+// through a pointer is a runtime call (its write barriers), which a
+// decision would pay per rule.
+func (f *few[T]) next() *T {
+	if f.n < len(f.inline) {
+		f.n++
+		return &f.inline[f.n-1]
+	}
+	return f.spill()
+}
+
+// spill is next past the inline values.
+func (f *few[T]) spill() *T {
+	if f.more == nil {
 		f.more = make([]T, len(f.inline), 2*len(f.inline))
 		copy(f.more, f.inline[:])
-		f.more = append(f.more, v)
-	default:
-		f.more = append(f.more, v)
 	}
+	f.more = append(f.more, *new(T))
 	f.n++
-	return &f.all()[f.n-1]
+	return &f.more[f.n-1]
 }
 
 // all are the values, in the order they were added.

@@ -47,7 +47,10 @@ func (e *Event) Rules() []RuleEvent { return e.rules.all() }
 
 // AddRule adds a rule's part to the event, after those it holds: for code
 // that tells an Observer of decisions made elsewhere.
-func (e *Event) AddRule(r RuleEvent) { e.rules.add(r) }
+func (e *Event) AddRule(r RuleEvent) {
+	p := e.rules.next()
+	p.Rule, p.Key, p.Denied, p.Shadow, p.Failed = r.Rule, r.Key, r.Denied, r.Shadow, r.Failed
+}
 
 // maxObserveSample is the largest Options.ObserveSample.
 const maxObserveSample = 1 << 20

@@ -36,7 +36,7 @@ func (l *Limiter) Reserve(ctx context.Context, attrs Attributes, units int64, ho
 		return Outcome{}, sprintfErr("floodgate: limiter %q: hold %v must be at least 1ms", l.name, hold)
 	}
 	var o Outcome
-	l.decide(ctx, ModeConsume, 1, holdAsk{units, hold}, attrs, "", &o)
+	l.decide(ctx, ModeConsume, 1, attrs, "", &holdAsk{units, hold}, &o)
 	return o, nil
 }
 
