@@ -291,7 +291,9 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.
 			locks = append(locks, o.shard)
 		}
 	}
-	slices.Sort(locks)
+	if len(locks) > 1 {
+		slices.Sort(locks)
+	}
 	s.lock(locks)
 	defer s.unlock(locks)
 	var ticketShard *shard
@@ -464,23 +466,11 @@ func (s *Store) unlock(locks []int) {
 // locked, and reports whether a consume was admitted (a settle: applied).
 // The held ops of a consume check and hold h.Units in place of cost.
 func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, ops []op, ticketShard *shard) bool {
-	// A peek of a key not held (slot -1) works on a fresh entry of its own.
-	// The scratch is declared where it is used: zeroing it is not free.
-	var fresh []entry
-	if mode == store.Peek {
-		var freshBuf [maxInline]entry
-		fresh = freshBuf[:]
-		if len(ops) > maxInline {
-			fresh = make([]entry, len(ops))
-		}
-		for i := range ops {
-			if ops[i].slot < 0 {
-				fresh[i].st.Reset()
-			}
-		}
-	}
 	switch mode {
 	case store.Consume, store.Peek:
+		// A state of its own for each rule (view); for a peek of a key not
+		// held, a fresh one (the zero State is an absent key). The scratch
+		// is declared where it is used: zeroing it is not free.
 		var tmpBuf [maxInline]algo.State
 		tmp := tmpBuf[:]
 		if len(ops) > maxInline {
@@ -488,8 +478,11 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 		}
 		allowed := true
 		for i := range ops {
-			o, e := &ops[i], s.entryOf(ops, i, fresh)
-			v := view(o.p, e, &tmp[i])
+			o := &ops[i]
+			v := &tmp[i]
+			if o.slot >= 0 {
+				v = view(o.p, s.entryAt(o), v)
+			}
 			algo.Normalize(o.p, v, now)
 			n := cost
 			if o.held {
@@ -502,10 +495,14 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 			}
 		}
 		for i := range ops {
-			o, e := &ops[i], s.entryOf(ops, i, fresh)
-			v := &e.st
-			if !algo.InPlace(o.p.Algorithm) {
-				v = &tmp[i]
+			o := &ops[i]
+			var e *entry
+			v := &tmp[i]
+			if o.slot >= 0 {
+				e = s.entryAt(o)
+				if algo.InPlace(o.p.Algorithm) {
+					v = &e.st
+				}
 			}
 			charge := mode == store.Consume && allowed && o.res.Allowed
 			switch {
@@ -515,12 +512,14 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 				*o.stamp = algo.Take(o.p, v, now, cost, ticket)
 			}
 			settle(o.p, o.res, e, v, charge, now)
-			e.wrote = charge
+			if e != nil {
+				e.wrote = charge
+			}
 		}
 		return allowed && mode == store.Consume
 	case store.Record:
 		for i := range ops {
-			o, e := &ops[i], s.entryOf(ops, i, fresh)
+			o, e := &ops[i], s.entryAt(&ops[i])
 			algo.Normalize(o.p, &e.st, now)
 			*o.stamp = algo.Take(o.p, &e.st, now, cost, ticket)
 			ok, never, retry := algo.Check(o.p, &e.st, now, 1)
@@ -536,7 +535,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 			if o.slot < 0 {
 				continue // the key is gone: its window has passed
 			}
-			e := s.entryOf(ops, i, fresh)
+			e := s.entryAt(&ops[i])
 			if algo.InPlace(o.p.Algorithm) {
 				algo.Normalize(o.p, &e.st, now)
 			}
@@ -556,7 +555,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 	case store.Settle:
 		var keep int64
 		for i := range ops {
-			o, e := &ops[i], s.entryOf(ops, i, fresh)
+			o, e := &ops[i], s.entryAt(&ops[i])
 			keep = max(keep, algo.TicketLifetime(o.p))
 			var tmp algo.State
 			v := view(o.p, e, &tmp)
@@ -584,13 +583,9 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 	return false
 }
 
-// entryOf is the entry of ops[i], a resolved op: its slot's, or fresh[i]
-// for a peek of a key not held.
-func (s *Store) entryOf(ops []op, i int, fresh []entry) *entry {
-	if ops[i].slot < 0 {
-		return &fresh[i]
-	}
-	return &s.shards[ops[i].shard].entries[ops[i].slot]
+// entryAt is the entry of o, an op resolved to a slot.
+func (s *Store) entryAt(o *op) *entry {
+	return &s.shards[o.shard].entries[o.slot]
 }
 
 // leasesOnly reports whether every op is of a Concurrency rule: a refund
