@@ -222,7 +222,7 @@ type name struct {
 // op is one rule of a decision as the store applies it, whichever way the
 // decision came in (a Batch to Apply, a Call to a Bound): the rule's
 // parameters and where its answer goes; then, once resolved, the hash,
-// shard and slot of its key. The op's name is apart, in a slice of its
+// shard, slot and entry of its key. The op's name is apart, in a slice of its
 // own: a key the store inserts is kept, and escape analysis, which does
 // not tell the fields of a slice's elements apart, would send the answers
 // the ops point to (the caller's) to the heap with it.
@@ -234,8 +234,10 @@ type op struct {
 	stamp  *int64 // an output of consume and record, an input of refund and settle
 
 	h     uint64
-	shard int
-	slot  int32 // -1: the key is not held (a peek, a refund or a reset of it)
+	shard int    // the key's shard
+	after bool   // the key is the previous op's: its hash and shard are that op's
+	slot  int32  // -1: the key is not held (a peek, a refund or a reset of it)
+	e     *entry // the slot's entry; nil when the key is not held
 }
 
 // Apply applies b atomically: the shards of all its keys are locked, in
@@ -268,11 +270,11 @@ func reserves(mode store.Mode, h store.Hold, held bool, p *store.Params) bool {
 
 // decide applies one decision of mode to ops, named by names, atomically,
 // and reports whether a consume was admitted (and charged), or a settle
-// applied. The held ops of a consume hold h (see store.Batch.Hold). The shards of
-// all its keys are locked, in ascending order, for the whole decision;
-// rules keyed on one value (the commonest decision of several rules) take
-// one hash and one lock, and each rule's slot is found along the key's
-// chain from the rule before it.
+// applied. The held ops of a consume hold h (see store.Batch.Hold). The
+// shards of all its keys are locked, in ascending order, for the whole
+// decision; rules keyed on one value (the commonest decision of several
+// rules) take one hash and one lock, and each rule's slot is found along
+// the key's chain from the rule before it.
 func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, names []name, ops []op) bool {
 	var lockBuf [maxInline]int
 	locks := lockBuf[:0]
@@ -281,11 +283,11 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.
 	}
 	for i := range ops {
 		o := &ops[i]
-		if i > 0 && names[i].key == names[i-1].key {
-			o.h = ops[i-1].h // rules keyed on the same value: one hash
-		} else {
-			o.h = maphash.String(s.seed, names[i].key)
+		if o.after = i > 0 && names[i].key == names[i-1].key; o.after {
+			o.h, o.shard = ops[i-1].h, ops[i-1].shard
+			continue
 		}
+		o.h = maphash.String(s.seed, names[i].key)
 		o.shard = s.shardOf(o.h)
 		if !slices.Contains(locks, o.shard) {
 			locks = append(locks, o.shard)
@@ -294,68 +296,92 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.
 	if len(locks) > 1 {
 		slices.Sort(locks)
 	}
-	s.lock(locks)
-	defer s.unlock(locks)
+	for _, si := range locks {
+		sh := &s.shards[si]
+		sh.mu.Lock()
+		sh.now = max(sh.now, now)
+	}
 	var ticketShard *shard
+	refused := false
 	if mode == store.Refund && !leasesOnly(ops) || mode == store.Settle && ticket != 0 {
-		// The spent-ticket record lives with the first op's shard, which
-		// is locked; so the check and the refund (or settlement) are one
-		// atomic step.
-		ticketShard = &s.shards[ops[0].shard]
-		if _, spent := ticketShard.spent[ticket]; spent {
-			return false // changing nothing, and answering nothing per op
-		}
-		if len(ticketShard.spent) >= 4*ticketShard.cap {
-			// A full spent-ticket table refuses refunds, and settles
-			// without a record (a second settlement finds no hold and
-			// charges again): stricter, never looser.
-			if mode == store.Refund {
-				return false
+		ticketShard, refused = ticketRecord(mode, ticket, &s.shards[ops[0].shard])
+	}
+	allowed := false
+	if !refused {
+		s.resolve(mode, now, names, ops)
+		allowed = apply(mode, now, cost, ticket, h, ops, ticketShard)
+		for i := range ops {
+			o := &ops[i]
+			if o.e == nil {
+				continue
 			}
-			ticketShard = nil
+			o.e.pin = false
+			if mode == store.Reset || spent(o.e, o.e.wrote, now) {
+				s.shards[o.shard].remove(o.slot)
+			}
 		}
 	}
-	// Resolve every op to a slot before taking pointers: inserting may
-	// grow a shard's slice.
-	for i := range ops {
-		o := &ops[i]
-		sh := &s.shards[o.shard]
-		if now > sh.now {
-			sh.now = now
-		}
-		prev := int32(-1)
-		if i > 0 && names[i].key == names[i-1].key {
-			prev = ops[i-1].slot
-		}
-		j := sh.findAfter(prev, o.h, names[i].scope, names[i].key)
-		switch {
-		case j >= 0:
-			sh.entries[j].ref = true
-		case mode == store.Reset || mode == store.Refund || mode == store.Peek:
-			// A key not held has nothing to reset or refund, and a peek
-			// must not write it (inserting could evict another key).
-			o.slot = -1
-			continue
-		default:
-			j = sh.insert(o.h, names[i].scope, names[i].key, now) // a new key earns its second chance by reuse
-		}
-		sh.entries[j].pin = true
-		o.slot = j
-	}
-	allowed := s.apply(mode, now, cost, ticket, h, ops, ticketShard)
-	for i := range ops {
-		o := &ops[i]
-		if o.slot < 0 {
-			continue
-		}
-		sh := &s.shards[o.shard]
-		e := &sh.entries[o.slot]
-		e.pin = false
-		if mode == store.Reset || spent(e, e.wrote, now) {
-			sh.remove(o.slot)
-		}
+	for _, si := range locks {
+		s.shards[si].mu.Unlock()
 	}
 	return allowed
+}
+
+// ticketRecord is the shard whose spent-ticket record a refund or a
+// settlement of ticket checks and writes (nil: none is kept), and whether
+// the decision is refused, changing nothing and answering nothing per op.
+// The record lives with the first op's shard, sh, which is locked; so the
+// check and the refund (or settlement) are one atomic step.
+func ticketRecord(mode store.Mode, ticket uint64, sh *shard) (*shard, bool) {
+	if _, spent := sh.spent[ticket]; spent {
+		return nil, true
+	}
+	if len(sh.spent) >= 4*sh.cap {
+		// A full spent-ticket table refuses refunds, and settles without
+		// a record (a second settlement finds no hold and charges again):
+		// stricter, never looser.
+		return nil, mode == store.Refund
+	}
+	return sh, false
+}
+
+// resolve finds the slot and entry of every op's key in its locked shard,
+// inserting the keys a decision of mode writes. A key not held is left at
+// slot -1 with no entry for a reset, a refund or a peek: it has nothing to
+// reset or refund, and a peek must not write it (inserting could evict
+// another key).
+func (s *Store) resolve(mode store.Mode, now int64, names []name, ops []op) {
+	names = names[:len(ops)]
+	var sh *shard
+	inserted := false
+	for i := range ops {
+		o := &ops[i]
+		prev := int32(-1)
+		if o.after {
+			prev = ops[i-1].slot
+		} else {
+			sh = &s.shards[o.shard]
+		}
+		j := sh.findAfter(prev, o.h, names[i].scope, names[i].key)
+		held := j >= 0
+		if !held {
+			if mode == store.Reset || mode == store.Refund || mode == store.Peek {
+				o.slot = -1
+				continue
+			}
+			j, inserted = sh.insert(o.h, names[i].scope, names[i].key, now), true
+		}
+		e := &sh.entries[j]
+		e.ref, e.pin = held, true // a new key earns its second chance by reuse
+		o.slot, o.e = j, e
+	}
+	if inserted { // inserting may have moved a shard's entries
+		for i := range ops {
+			if o := &ops[i]; o.slot >= 0 {
+				o.e = &s.shards[o.shard].entries[o.slot]
+			}
+		}
+	}
 }
 
 // decideOne is decide for a consume or peek of one rule, the commonest
@@ -450,22 +476,10 @@ func spent(e *entry, wrote bool, now int64) bool {
 	return e.exp <= now && (wrote || !e.st.Live)
 }
 
-func (s *Store) lock(locks []int) {
-	for _, si := range locks {
-		s.shards[si].mu.Lock()
-	}
-}
-
-func (s *Store) unlock(locks []int) {
-	for _, si := range locks {
-		s.shards[si].mu.Unlock()
-	}
-}
-
 // apply runs the algorithms over a decision whose keys are resolved and
 // locked, and reports whether a consume was admitted (a settle: applied).
 // The held ops of a consume check and hold h.Units in place of cost.
-func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, ops []op, ticketShard *shard) bool {
+func apply(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, ops []op, ticketShard *shard) bool {
 	switch mode {
 	case store.Consume, store.Peek:
 		// A state of its own for each rule (view); for a peek of a key not
@@ -480,8 +494,8 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 		for i := range ops {
 			o := &ops[i]
 			v := &tmp[i]
-			if o.slot >= 0 {
-				v = view(o.p, s.entryAt(o), v)
+			if o.e != nil {
+				v = view(o.p, o.e, v)
 			}
 			algo.Normalize(o.p, v, now)
 			n := cost
@@ -496,13 +510,9 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 		}
 		for i := range ops {
 			o := &ops[i]
-			var e *entry
-			v := &tmp[i]
-			if o.slot >= 0 {
-				e = s.entryAt(o)
-				if algo.InPlace(o.p.Algorithm) {
-					v = &e.st
-				}
+			e, v := o.e, &tmp[i]
+			if e != nil && algo.InPlace(o.p.Algorithm) {
+				v = &e.st
 			}
 			charge := mode == store.Consume && allowed && o.res.Allowed
 			switch {
@@ -519,7 +529,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 		return allowed && mode == store.Consume
 	case store.Record:
 		for i := range ops {
-			o, e := &ops[i], s.entryAt(&ops[i])
+			o, e := &ops[i], ops[i].e
 			algo.Normalize(o.p, &e.st, now)
 			*o.stamp = algo.Take(o.p, &e.st, now, cost, ticket)
 			ok, never, retry := algo.Check(o.p, &e.st, now, 1)
@@ -532,10 +542,10 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 		for i := range ops {
 			o := &ops[i]
 			keep = max(keep, algo.TicketLifetime(o.p))
-			if o.slot < 0 {
+			e := o.e
+			if e == nil {
 				continue // the key is gone: its window has passed
 			}
-			e := s.entryAt(&ops[i])
 			if algo.InPlace(o.p.Algorithm) {
 				algo.Normalize(o.p, &e.st, now)
 			}
@@ -555,7 +565,7 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 	case store.Settle:
 		var keep int64
 		for i := range ops {
-			o, e := &ops[i], s.entryAt(&ops[i])
+			o, e := &ops[i], ops[i].e
 			keep = max(keep, algo.TicketLifetime(o.p))
 			var tmp algo.State
 			v := view(o.p, e, &tmp)
@@ -581,11 +591,6 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.H
 		}
 	}
 	return false
-}
-
-// entryAt is the entry of o, an op resolved to a slot.
-func (s *Store) entryAt(o *op) *entry {
-	return &s.shards[o.shard].entries[o.slot]
 }
 
 // leasesOnly reports whether every op is of a Concurrency rule: a refund
