@@ -273,9 +273,9 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	case l.one != nil:
 		return l.decideOne(ctx, ModeConsume, 1, nil, single(key), nil)
 	case l.dynamic: // overrides and limit functions read the attributes
-		return l.decide(ctx, ModeConsume, 1, Attributes{l.keyAttr: key}, "", nil, nil)
+		return l.decideRules(ctx, ModeConsume, 1, Attributes{l.keyAttr: key}, "", nil, nil)
 	}
-	return l.decide(ctx, ModeConsume, 1, nil, single(key), nil, nil)
+	return l.decideRules(ctx, ModeConsume, 1, nil, single(key), nil, nil)
 }
 
 // keyAttr returns the one attribute name the keyed rules key on ("" when
