@@ -266,32 +266,8 @@ func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 // Status reports the units left now and the µs until the full quota is back.
 // s must be normalized.
 func Status(p *Params, s *State, now int64) (remaining, reset int64) {
-	switch p.Algorithm {
-	case store.FixedWindow:
-		held := heldUnits(p, s)
-		if s.B == 0 && held == 0 && p.Align == store.AlignFirstHit {
-			return p.Limit, 0
-		}
-		return max(0, p.Limit-s.B-held), s.C - now
-	case store.SlidingWindow:
-		return max(0, p.Limit-s.B), slidingReset(p, s, now)
-	case store.TokenBucket:
-		rem := min(max(0, s.A), p.Burst)
-		if s.A >= p.Burst {
-			return rem, 0
-		}
-		return rem, bucketLag(s, now) + ceilDiv((p.Burst-s.A)*win(p)-s.B, p.Limit)
-	case store.GCRA:
-		d := gcraDebt(p, s, now)
-		return max(0, (p.Burst*win(p)-d)/win(p)), ceilDiv(d, p.Limit)
-	case store.Concurrency:
-		var reset int64
-		if n := len(s.Leases); n > 0 {
-			reset = s.Leases[n-1].Exp - now
-		}
-		return max(0, p.Limit-s.A), reset
-	}
-	return 0, 0
+	remaining, reset, _ = StatusExpiry(p, s, now)
+	return remaining, reset
 }
 
 // Expiry is the instant (µs) from which s means the same as an absent key, so
@@ -303,16 +279,38 @@ func Expiry(p *Params, s *State, now int64) int64 {
 
 // StatusExpiry is Status and Expiry in one pass, for stores that need both
 // after every change: every kind but FixedWindow expires when its reset
-// does, so the reset is computed once.
+// does.
 func StatusExpiry(p *Params, s *State, now int64) (remaining, reset, expiry int64) {
-	remaining, reset = Status(p, s, now)
-	switch {
-	case p.Algorithm != store.FixedWindow:
+	switch p.Algorithm {
+	case store.FixedWindow:
+		held := heldUnits(p, s)
+		switch {
+		case s.B != 0 || held != 0:
+			return max(0, p.Limit-s.B-held), s.C - now, s.C // a window holding anything lives to its end
+		case p.Align == store.AlignFirstHit:
+			return p.Limit, 0, now
+		}
+		return p.Limit, s.C - now, now
+	case store.SlidingWindow:
+		reset = slidingReset(p, s, now)
+		return max(0, p.Limit-s.B), reset, now + reset
+	case store.TokenBucket:
+		remaining = min(max(0, s.A), p.Burst)
+		if s.A < p.Burst {
+			reset = bucketLag(s, now) + ceilDiv((p.Burst-s.A)*win(p)-s.B, p.Limit)
+		}
 		return remaining, reset, now + reset
-	case s.B == 0 && heldUnits(p, s) == 0:
-		return remaining, reset, now
+	case store.GCRA:
+		w, d := win(p), gcraDebt(p, s, now)
+		reset = ceilDiv(d, p.Limit)
+		return max(0, (p.Burst*w-d)/w), reset, now + reset
+	case store.Concurrency:
+		if n := len(s.Leases); n > 0 {
+			reset = s.Leases[n-1].Exp - now
+		}
+		return max(0, p.Limit-s.A), reset, now + reset
 	}
-	return remaining, reset, s.C // a window holding anything lives to its end
+	return 0, 0, now
 }
 
 // TicketLifetime is how long (µs) a store must remember a refunded ticket
