@@ -93,9 +93,9 @@ func (l *Limiter) decideRules(ctx context.Context, mode Mode, cost int64, attrs 
 		d.Allowed = true // no rule applies to this request
 	case sh.applied.n == 1:
 		a := &sh.applied.inline[0]
-		d = ruleVerdict(a.rule, mode, sh.admitted, &a.res, a.limit)
+		ruleVerdict(&d, a.rule, mode, sh.admitted, &a.res, a.limit)
 	default:
-		d = verdict(&sh)
+		verdict(&d, &sh)
 	}
 	if o != nil || l.observer != nil {
 		l.report(ctx, &sh, now, d, err == nil, o)
@@ -108,7 +108,7 @@ func (l *Limiter) decideRules(ctx context.Context, mode Mode, cost int64, attrs 
 // decision, asked of the store in registers (store.Bound.One), with a
 // sheet only for an Outcome or an Event. A request without the rule's key
 // goes the general way. BenchmarkOneRule shows what it saves.
-func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, o *Outcome) Decision {
+func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, o *Outcome) (d Decision) {
 	r := l.one
 	if key == "" || len(r.Key) == 0 {
 		key = r.keyFor(attrs)
@@ -122,7 +122,7 @@ func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, attrs At
 		ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 	}
 	res, stamp, admitted := l.bound.One(mode, now.UnixMicro(), cost, ticket, key, 0, 0)
-	d := ruleVerdict(r, mode, admitted, &res, r.params.Limit)
+	ruleVerdict(&d, r, mode, admitted, &res, r.params.Limit)
 	if o != nil || l.observer != nil {
 		sh := sheet{mode: mode, cost: cost, ticket: ticket, now: now.UnixMicro(), admitted: admitted}
 		a := sh.add(r, key, r.params.Limit, r.params.Burst)
@@ -218,11 +218,10 @@ func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 	return nil
 }
 
-// verdict reads the decision off the store's answers in sh, of several
-// rules: the binding rule is chosen among them.
-func verdict(sh *sheet) Decision {
+// verdict makes d, a zero Decision, the decision read off the store's
+// answers in sh, of several rules: the binding rule is chosen among them.
+func verdict(d *Decision, sh *sheet) {
 	rs := sh.rules()
-	var d Decision
 	d.Allowed = true
 	for i := range rs {
 		if !rs[i].res.Allowed {
@@ -283,17 +282,14 @@ func verdict(sh *sheet) Decision {
 	a := &rs[bind]
 	d.Rule, d.Limit = a.rule.Name, a.limit
 	d.Remaining, d.ResetAfter = a.res.Remaining, a.res.ResetAfter
-	return d
 }
 
-// ruleVerdict is the decision of mode on one rule r, whose answer is res
-// under limit (admitted: a consume was admitted and charged): verdict with
-// none of its choices among rules.
-func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, limit int64) Decision {
-	d := Decision{
-		Allowed: res.Allowed || r.shadow, ShadowDenied: !res.Allowed && r.shadow,
-		Rule: r.Name, Limit: limit, Remaining: res.Remaining, ResetAfter: res.ResetAfter,
-	}
+// ruleVerdict makes d, a zero Decision, the decision of mode on one rule
+// r, whose answer is res under limit (admitted: a consume was admitted and
+// charged): verdict with none of its choices among rules.
+func ruleVerdict(d *Decision, r *compiledRule, mode Mode, admitted bool, res *store.Result, limit int64) {
+	d.Allowed, d.ShadowDenied = res.Allowed || r.shadow, !res.Allowed && r.shadow
+	d.Rule, d.Limit, d.Remaining, d.ResetAfter = r.Name, limit, res.Remaining, res.ResetAfter
 	if mode == ModeConsume {
 		d.Allowed = admitted
 	}
@@ -303,7 +299,6 @@ func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, l
 			d.RetryAfter = res.RetryAfter
 		}
 	}
-	return d
 }
 
 // failed is the decision the store did not answer: an invalid request's
