@@ -508,13 +508,14 @@ func apply(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, ops []
 				allowed = false
 			}
 		}
+		commit := mode == store.Consume && allowed
 		for i := range ops {
 			o := &ops[i]
 			e, v := o.e, &tmp[i]
 			if e != nil && algo.InPlace(o.p.Algorithm) {
 				v = &e.st
 			}
-			charge := mode == store.Consume && allowed && o.res.Allowed
+			charge := commit && o.res.Allowed
 			switch {
 			case charge && o.held:
 				*o.stamp = algo.Hold(o.p, v, now, h.Units, h.Until, ticket)
@@ -526,7 +527,7 @@ func apply(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, ops []
 				e.wrote = charge
 			}
 		}
-		return allowed && mode == store.Consume
+		return commit
 	case store.Record:
 		for i := range ops {
 			o, e := &ops[i], ops[i].e
