@@ -220,68 +220,64 @@ func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 
 // verdict makes d, a zero Decision, the decision read off the store's
 // answers in sh, of several rules: the binding rule is chosen among them.
+// A denial binds on the enforced rule that denies for longest (never
+// first); an admission on the enforced rule with the fewest units left
+// (the one that resets last among equals), on a shadow rule only if all
+// are shadows.
 func verdict(d *Decision, sh *sheet) {
 	rs := sh.rules()
-	d.Allowed = true
+	denies, fewest, fewestShadow := -1, -1, -1
 	for i := range rs {
-		if !rs[i].res.Allowed {
-			if rs[i].rule.shadow {
-				d.ShadowDenied = true
-			} else {
-				d.Allowed = false
+		r := &rs[i].res
+		if rs[i].rule.shadow {
+			d.ShadowDenied = d.ShadowDenied || !r.Allowed
+			if fewestShadow < 0 || fewer(r, &rs[fewestShadow].res) {
+				fewestShadow = i
 			}
+			continue
+		}
+		if fewest < 0 || fewer(r, &rs[fewest].res) {
+			fewest = i
+		}
+		if !r.Allowed && (denies < 0 || longer(r, &rs[denies].res)) {
+			denies = i
 		}
 	}
+	d.Allowed = denies < 0
 	if sh.mode == ModeConsume {
 		d.Allowed = sh.admitted
 	}
-	bind := -1
-	if !d.Allowed {
-		d.Reason = ReasonLimit
-		for i := range rs {
-			r := &rs[i].res
-			if r.Allowed || rs[i].rule.shadow {
-				continue
-			}
-			switch b := &rs[max(bind, 0)].res; {
-			case bind < 0:
-				bind = i
-			case r.Never != b.Never:
-				if r.Never {
-					bind = i
-				}
-			case r.RetryAfter > b.RetryAfter:
-				bind = i
-			}
-		}
+	bind := denies
+	switch {
+	case !d.Allowed:
 		r := &rs[bind].res
-		d.Never = r.Never
+		d.Reason, d.Never = ReasonLimit, r.Never
 		if !d.Never {
 			d.RetryAfter = r.RetryAfter
 		}
-	} else {
-		// The enforced rule with the fewest units left binds, the one that
-		// resets last among equals; a shadow rule only if all are shadows.
-		for pass := 0; pass < 2 && bind < 0; pass++ {
-			for i := range rs {
-				if pass == 0 && rs[i].rule.shadow {
-					continue
-				}
-				r := &rs[i].res
-				if bind < 0 {
-					bind = i
-					continue
-				}
-				b := &rs[bind].res
-				if r.Remaining < b.Remaining || r.Remaining == b.Remaining && r.ResetAfter > b.ResetAfter {
-					bind = i
-				}
-			}
-		}
+	case fewest >= 0:
+		bind = fewest
+	default:
+		bind = fewestShadow
 	}
 	a := &rs[bind]
 	d.Rule, d.Limit = a.rule.Name, a.limit
 	d.Remaining, d.ResetAfter = a.res.Remaining, a.res.ResetAfter
+}
+
+// fewer reports whether r leaves fewer units than b, or as many and
+// resets later.
+func fewer(r, b *store.Result) bool {
+	return r.Remaining < b.Remaining || r.Remaining == b.Remaining && r.ResetAfter > b.ResetAfter
+}
+
+// longer reports whether the denial r lasts longer than b: never, or a
+// longer wait.
+func longer(r, b *store.Result) bool {
+	if r.Never != b.Never {
+		return r.Never
+	}
+	return r.RetryAfter > b.RetryAfter
 }
 
 // ruleVerdict makes d, a zero Decision, the decision of mode on one rule
