@@ -281,21 +281,7 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.
 	if len(ops) > maxInline {
 		locks = make([]int, 0, len(ops))
 	}
-	for i := range ops {
-		o := &ops[i]
-		if o.after = i > 0 && names[i].key == names[i-1].key; o.after {
-			o.h, o.shard = ops[i-1].h, ops[i-1].shard
-			continue
-		}
-		o.h = maphash.String(s.seed, names[i].key)
-		o.shard = s.shardOf(o.h)
-		if !slices.Contains(locks, o.shard) {
-			locks = append(locks, o.shard)
-		}
-	}
-	if len(locks) > 1 {
-		slices.Sort(locks)
-	}
+	locks = s.shardsOf(names, ops, locks)
 	for _, si := range locks {
 		sh := &s.shards[si]
 		sh.mu.Lock()
@@ -325,6 +311,30 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.
 		s.shards[si].mu.Unlock()
 	}
 	return allowed
+}
+
+// shardsOf sets the hash and shard of every op's key, and returns locks
+// with the shards they lie in added, in ascending order. An op whose key
+// is the previous op's (rules keyed on the same value) takes its hash and
+// shard.
+func (s *Store) shardsOf(names []name, ops []op, locks []int) []int {
+	names = names[:len(ops)]
+	for i := range ops {
+		o := &ops[i]
+		if o.after = i > 0 && names[i].key == names[i-1].key; o.after {
+			o.h, o.shard = ops[i-1].h, ops[i-1].shard
+			continue
+		}
+		o.h = maphash.String(s.seed, names[i].key)
+		o.shard = s.shardOf(o.h)
+		if !slices.Contains(locks, o.shard) {
+			locks = append(locks, o.shard)
+		}
+	}
+	if len(locks) > 1 {
+		slices.Sort(locks)
+	}
+	return locks
 }
 
 // ticketRecord is the shard whose spent-ticket record a refund or a
