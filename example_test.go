@@ -190,6 +190,52 @@ func ExampleLimiter_GiveBack() {
 	// after the response: 9000 left
 }
 
+// A tenant's daily token budget kept exactly: reserve the most an LLM
+// answer may cost before it starts, settle with what it used once it is
+// done. Concurrent answers never spend more than the budget, and a
+// reservation its process never settles is given back when its hold ends.
+func ExampleLimiter_Reserve() {
+	store := memory.New(nil)
+	defer store.Close()
+	clock := floodgate.NewManualClock(exampleStart)
+	limiter, err := floodgate.New("llm", store, []floodgate.Rule{{
+		Name:       "tokens-per-day",
+		Algorithm:  floodgate.FixedWindow,
+		Align:      floodgate.AlignDay,
+		Limit:      100_000,
+		Key:        []string{"tenant"},
+		Reservable: true,
+	}}, &floodgate.Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	tenant := floodgate.Attributes{"tenant": "acme"}
+	// max_tokens, held for as long as an answer may stream.
+	o, err := limiter.Reserve(ctx, tenant, 8000, 5*time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("reserved:", o.Allowed, o.Remaining, "left")
+	s, _ := limiter.Settle(ctx, o.Ticket(), 2500) // the answer used 2,500 tokens
+	d, _ := limiter.Peek(ctx, tenant, 1)
+	fmt.Printf("%v: %d left\n", s, d.Remaining)
+
+	// A process that dies mid-answer never settles; its hold ends.
+	_, _ = limiter.Reserve(ctx, tenant, 8000, 5*time.Minute)
+	d, _ = limiter.Peek(ctx, tenant, 1)
+	fmt.Println("held by a dead process:", d.Remaining, "left")
+	clock.Advance(5 * time.Minute)
+	d, _ = limiter.Peek(ctx, tenant, 1)
+	fmt.Println("its hold ended:", d.Remaining, "left")
+	// Output:
+	// reserved: true 92000 left
+	// settled: 97500 left
+	// held by a dead process: 89500 left
+	// its hold ended: 97500 left
+}
+
 // A shadow rule runs dark: it counts and reports what it would have
 // decided, but never denies.
 func ExampleRule_shadow() {

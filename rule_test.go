@@ -154,6 +154,18 @@ func TestNewValidation(t *testing.T) {
 			wantLimiter: "api", wantRule: "per-user", wantField: "grant",
 		},
 		{
+			name: "reservable token bucket", limiter: "api",
+			rules:       with(func(r *floodgate.Rule) { r.Algorithm, r.Reservable = floodgate.TokenBucket, true }),
+			want:        `floodgate: limiter "api" rule "per-user": reservable: applies to fixed_window only, not token_bucket`,
+			wantLimiter: "api", wantRule: "per-user", wantField: "reservable",
+		},
+		{
+			name: "reservable with grants", limiter: "api",
+			rules:       with(func(r *floodgate.Rule) { r.Reservable, r.Grant = true, true }),
+			want:        `floodgate: limiter "api" rule "per-user": reservable: a rule answered from quota grants cannot hold reservations`,
+			wantLimiter: "api", wantRule: "per-user", wantField: "reservable",
+		},
+		{
 			name: "buckets on token bucket", limiter: "api",
 			rules:       with(func(r *floodgate.Rule) { r.Algorithm, r.Buckets = floodgate.TokenBucket, 10 }),
 			want:        `floodgate: limiter "api" rule "per-user": buckets: applies to sliding_window only, not token_bucket`,

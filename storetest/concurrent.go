@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -33,7 +34,9 @@ const liveRun = 1200 * time.Millisecond
 // that turns several times during the run, and how to check what it
 // admitted.
 type liveCase struct {
-	rule  floodgate.Rule
+	rule floodgate.Rule
+	// drive runs one caller until stop (nil: consumes, see drive).
+	drive func(t *testing.T, lim *floodgate.Limiter, worker int, stop time.Time) []liveDecision
 	check func(t *testing.T, c *liveCase, ds []liveDecision)
 	// need is the longest time the rule's state may need to expire: a TTL
 	// beyond it is wasted memory.
@@ -48,6 +51,14 @@ type liveDecision struct {
 	allowed          bool
 	reset            int64 // µs
 	refSent, refRecv int64 // 0: not refunded
+
+	// A reservation's: the window its hold was taken in (the ticket's
+	// stamp), and the units used and what Settle found (not settled:
+	// abandoned, its hold left to lapse).
+	stamp     int64
+	used      int64
+	settled   floodgate.Settlement
+	abandoned bool
 }
 
 // RunConcurrent drives s as production does: on the store's own clock
@@ -69,7 +80,11 @@ type liveDecision struct {
 //     that span can hold;
 //   - a sliding window admits at most its limit in any window of
 //     sub-buckets, plus those refunds;
-//   - no more leases than the limit are certainly held at once.
+//   - no more leases than the limit are certainly held at once;
+//   - reservations on a budget (a reservable clock-aligned window) settled
+//     with at most what they reserved, some abandoned to lapse, spend at
+//     most the budget in every window, exactly: each settlement's usage
+//     counted in the window its ticket names.
 //
 // With e (a remote store), it then checks that the state of every key
 // has a TTL that covers what a peek says the state needs and is no longer
@@ -96,7 +111,12 @@ func RunConcurrent(t *testing.T, s store.Store, e *Expiry) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ds := drive(t, lim, c.rule.Algorithm == floodgate.Concurrency, w, stop)
+				var ds []liveDecision
+				if c.drive != nil {
+					ds = c.drive(t, lim, w, stop)
+				} else {
+					ds = drive(t, lim, c.rule.Algorithm == floodgate.Concurrency, w, stop)
+				}
 				mu.Lock()
 				results[i] = append(results[i], ds...)
 				mu.Unlock()
@@ -232,6 +252,83 @@ func liveCases() []liveCase {
 			check: checkSliding, need: 300 * time.Millisecond},
 		{rule: floodgate.Rule{Name: "leases", Algorithm: floodgate.Concurrency, Limit: 4, Window: 500 * time.Millisecond, Key: user},
 			check: checkLeases, need: 500 * time.Millisecond},
+		{rule: floodgate.Rule{Name: "budget", Algorithm: floodgate.FixedWindow, Limit: 300, Window: 200 * time.Millisecond, Align: floodgate.AlignClock, Key: user, Reservable: true},
+			drive: driveReservations, check: checkBudget, need: 200 * time.Millisecond},
+	}
+}
+
+// driveReservations runs one caller's reservations on the hot key until
+// stop: up to 40 units each, settled after a moment of work with at most
+// what they reserved and held to their window's end; one in eight
+// abandoned, held for a few milliseconds, to lapse.
+func driveReservations(t *testing.T, lim *floodgate.Limiter, worker int, stop time.Time) []liveDecision {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(worker), uint64(time.Now().UnixNano())))
+	var ds []liveDecision
+	for time.Now().Before(stop) {
+		units, hold := 1+rng.Int64N(40), time.Second
+		d := liveDecision{abandoned: rng.IntN(8) == 0}
+		if d.abandoned {
+			hold = time.Duration(1+rng.IntN(20)) * time.Millisecond
+		}
+		d.sent = time.Now().UnixMicro()
+		o, err := lim.Reserve(ctx, hotKey, units, hold)
+		d.recv = time.Now().UnixMicro()
+		if err != nil || o.Reason == floodgate.ReasonStore {
+			t.Errorf("worker %d: the store failed: %v %v", worker, err, o.Err)
+			return ds
+		}
+		d.allowed, d.reset = o.Allowed, o.ResetAfter.Microseconds()
+		if d.allowed {
+			tk := o.Ticket()
+			if len(tk.Entries) != 1 {
+				t.Errorf("worker %d: an admitted reservation's ticket %+v, want the budget's hold", worker, tk)
+				return ds
+			}
+			d.stamp = tk.Entries[0].Stamp
+			if !d.abandoned {
+				time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond)
+				d.used = rng.Int64N(units + 1)
+				if d.settled, err = lim.Settle(ctx, tk, d.used); err != nil {
+					t.Errorf("worker %d: settle: %v", worker, err)
+					return ds
+				}
+			}
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// checkBudget adds up the units each window's settlements charged: a
+// settlement that found its hold charged its usage in the window its
+// ticket names, one that did not came after that window ended (its hold
+// lasted to it) and charged nothing. No window may have spent more than
+// the budget.
+func checkBudget(t *testing.T, c *liveCase, ds []liveDecision) {
+	spent := map[int64]int64{}
+	var settled, denied int
+	for _, d := range ds {
+		switch {
+		case !d.allowed:
+			denied++
+		case !d.abandoned && d.settled == floodgate.Settled:
+			settled++
+			spent[d.stamp] += d.used
+		case !d.abandoned && d.settled != floodgate.Lapsed:
+			t.Errorf("a settlement found %v, want settled or lapsed", d.settled)
+		}
+	}
+	var most int64
+	for w, n := range spent {
+		if n > c.rule.Limit {
+			t.Errorf("window %d: %d units spent, more than the budget %d", w, n, c.rule.Limit)
+		}
+		most = max(most, n)
+	}
+	t.Logf("%d reservations settled over %d windows, at most %d of %d units spent in one", settled, len(spent), most, c.rule.Limit)
+	if settled == 0 || denied == 0 || len(spent) < 2 {
+		t.Errorf("%d settled, %d denied, over %d windows: the load did not exercise the budget", settled, denied, len(spent))
 	}
 }
 

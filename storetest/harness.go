@@ -27,14 +27,23 @@ type harness struct {
 	alts  [][]limits // the limits rule i may switch between
 	pro   []bool     // rule i has an override for plan "pro" (alts[1])
 
-	tickets []heldTicket
-	trace   []string
+	tickets      []heldTicket
+	reservations []heldReservation
+	trace        []string
 }
 
 // heldTicket pairs a store's ticket with the model's.
 type heldTicket struct {
 	real  floodgate.Ticket
 	model int
+}
+
+// heldReservation is a reservation's ticket, the store's and the model's,
+// and when it was first settled (-1: not yet).
+type heldReservation struct {
+	real    floodgate.Ticket
+	model   int
+	settled int64
 }
 
 // harnessRule is one rule of a harness: its fixed shape and the limits it
@@ -73,15 +82,16 @@ func newHarness(t *testing.T, store *sharedStore, name string, seed uint64, star
 		h.lims = append(h.lims, hr.alts[0])
 		h.alts = append(h.alts, hr.alts)
 		r := floodgate.Rule{
-			Name:      spec.name,
-			Algorithm: spec.alg,
-			Limit:     hr.alts[0].limit,
-			Window:    time.Duration(spec.window) * time.Microsecond,
-			Burst:     hr.burst,
-			Buckets:   spec.buckets,
-			Align:     spec.align,
-			Location:  spec.loc,
-			Shadow:    hr.spec.shadow,
+			Name:       spec.name,
+			Algorithm:  spec.alg,
+			Limit:      hr.alts[0].limit,
+			Window:     time.Duration(spec.window) * time.Microsecond,
+			Burst:      hr.burst,
+			Buckets:    spec.buckets,
+			Align:      spec.align,
+			Location:   spec.loc,
+			Shadow:     hr.spec.shadow,
+			Reservable: spec.holds,
 		}
 		if spec.align == floodgate.AlignDay || spec.align == floodgate.AlignMonth {
 			r.Window = 0 // calendar windows ignore it
@@ -301,15 +311,7 @@ func (h *harness) refund() {
 	h.logf("refund ticket #%d (cost %d, %d rules, spent %v)", tk.model, tk.real.Cost, len(tk.real.Entries), h.model.tickets[tk.model].spent)
 	real := tk.real
 	if h.rng.IntN(2) == 0 {
-		// The way the decision service hands tickets out and back.
-		b, err := real.MarshalBinary()
-		if err != nil {
-			h.fail("Ticket.MarshalBinary: %v", err)
-		}
-		real = floodgate.Ticket{}
-		if err := real.UnmarshalBinary(b); err != nil {
-			h.fail("Ticket.UnmarshalBinary: %v", err)
-		}
+		real = h.roundTrip(real)
 	}
 	if err := h.lim.Refund(h.ctx, real); err != nil {
 		h.fail("Refund: %v", err)

@@ -41,6 +41,22 @@ import (
 //     one), an empty sliding window, a full token bucket (full at whatever
 //     burst applies next), a GCRA key whose theoretical arrival time has
 //     passed, a key with no live leases.
+//   - A reservable fixed window (Rule.Reservable) counts its charged units
+//     and the units of its live holds. A hold lapses at its Until or its
+//     window's end, whichever comes first, by the clock alone. A
+//     reservation is a write: a first-hit window it opens lives to its
+//     end, like one a charge opens, even once its holds have lapsed. A
+//     denied reservation's retry is the time until enough holds lapse
+//     (first to lapse first), or else until the window ends; its reset,
+//     while it counts or holds anything, is the window's end.
+//   - Settling a reservation ends its hold (if still live) and charges the
+//     units used while the window it was taken in is current, once per
+//     ticket; settling without a ticket ends the key's first hold to lapse
+//     (among holds lapsing together, the first taken) and charges the
+//     current window. A settle that charges is a write. Stores remember
+//     settled tickets at least as long as refunded ones; the suite never
+//     settles a ticket again once that time has passed since the first
+//     settlement.
 
 // ruleSpec is what the model needs to know of a rule that cannot change
 // between decisions.
@@ -52,6 +68,7 @@ type ruleSpec struct {
 	align   floodgate.Align
 	loc     *time.Location
 	shadow  bool
+	holds   bool // Rule.Reservable (fixed windows)
 }
 
 // limits are the parameters of one decision that may change between
@@ -78,6 +95,8 @@ type keyState struct {
 	tatLimit int64    // gcra: the limit of the last access
 
 	leases []lease // concurrency
+
+	holds []lease // reservable fixed window: the reservations' holds, in the order taken
 }
 
 type lease struct{ id, n, exp int64 }
@@ -114,6 +133,13 @@ func (m *ruleModel) bring(s *keyState, now int64, p limits) *keyState {
 		if now >= s.end {
 			return nil
 		}
+		live := s.holds[:0]
+		for _, h := range s.holds {
+			if h.exp > now {
+				live = append(live, h)
+			}
+		}
+		s.holds = live
 	case floodgate.SlidingWindow:
 		oldest := floorDiv(now, m.width()) - m.buckets + 1
 		for b := range s.counts {
@@ -165,6 +191,7 @@ func (s *keyState) clone() *keyState {
 		c.tat = new(big.Rat).Set(s.tat)
 	}
 	c.leases = append([]lease(nil), s.leases...)
+	c.holds = append([]lease(nil), s.holds...)
 	return &c
 }
 
@@ -228,8 +255,16 @@ func (m *ruleModel) check(s *keyState, now, n int64, p limits) ruleResult {
 		if n > p.limit {
 			return ruleResult{never: true}
 		}
-		if s == nil || s.count+n <= p.limit {
+		if s == nil || s.count+held(s.holds, 0)+n <= p.limit {
 			return ruleResult{allowed: true}
+		}
+		if s.count+n <= p.limit {
+			// Enough holds lapse before the window ends.
+			for _, e := range expiries(s.holds) {
+				if s.count+held(s.holds, e)+n <= p.limit {
+					return ruleResult{retry: e - now}
+				}
+			}
 		}
 		return ruleResult{retry: s.end - now}
 	case floodgate.SlidingWindow:
@@ -272,16 +307,11 @@ func (m *ruleModel) check(s *keyState, now, n int64, p limits) ruleResult {
 		if n > p.limit {
 			return ruleResult{never: true}
 		}
-		if held(s, 0)+n <= p.limit {
+		if leased(s, 0)+n <= p.limit {
 			return ruleResult{allowed: true}
 		}
-		exps := make([]int64, 0, len(s.leases))
-		for _, l := range s.leases {
-			exps = append(exps, l.exp)
-		}
-		sort.Slice(exps, func(i, j int) bool { return exps[i] < exps[j] })
-		for _, e := range exps {
-			if held(s, e)+n <= p.limit {
+		for _, e := range expiries(s.leases) {
+			if leased(s, e)+n <= p.limit {
 				return ruleResult{retry: e - now}
 			}
 		}
@@ -290,13 +320,28 @@ func (m *ruleModel) check(s *keyState, now, n int64, p limits) ruleResult {
 	panic("storetest: unknown algorithm")
 }
 
-// held is the slots of leases that outlive t.
-func held(s *keyState, t int64) int64 {
-	var n int64
+// expiries are the expiries of ls, in time order.
+func expiries(ls []lease) []int64 {
+	exps := make([]int64, 0, len(ls))
+	for _, l := range ls {
+		exps = append(exps, l.exp)
+	}
+	sort.Slice(exps, func(i, j int) bool { return exps[i] < exps[j] })
+	return exps
+}
+
+// leased is the slots of s's leases that outlive t.
+func leased(s *keyState, t int64) int64 {
 	if s == nil {
 		return 0
 	}
-	for _, l := range s.leases {
+	return held(s.leases, t)
+}
+
+// held is the units of ls that outlive t.
+func held(ls []lease, t int64) int64 {
+	var n int64
+	for _, l := range ls {
 		if l.exp > t {
 			n += l.n
 		}
@@ -339,6 +384,48 @@ func (m *ruleModel) take(key string, now, n, id int64, p limits) int64 {
 		s.leases = append(s.leases, lease{id: id, n: n, exp: now + m.window})
 	}
 	return 0
+}
+
+// hold holds n units for reservation id until until (or the window's end,
+// if sooner) in place of a charge, and returns the window start.
+func (m *ruleModel) hold(key string, now, n, until, id int64, p limits) int64 {
+	s := m.create(key, now, p)
+	if exp := min(until, s.end); exp > now {
+		s.holds = append(s.holds, lease{id: id, n: n, exp: exp})
+	}
+	return s.start
+}
+
+// settle ends the hold of reservation id (id 0: the first to lapse) on the
+// key, and charges used in its place: with an id only while the window
+// that started at stamp is current. It reports whether the hold was live.
+func (m *ruleModel) settle(key string, now, used, stamp, id int64, p limits) bool {
+	s := m.keys[key]
+	if s != nil {
+		s = m.bring(s, now, p) // holds lapse by the clock alone
+	}
+	found := false
+	if s != nil {
+		i := -1
+		for j, h := range s.holds {
+			if id != 0 && h.id == id || id == 0 && (i < 0 || h.exp < s.holds[i].exp) {
+				i = j
+			}
+		}
+		if i >= 0 {
+			s.holds = append(s.holds[:i], s.holds[i+1:]...)
+			found = true
+		}
+	}
+	start, _ := m.windowAt(now)
+	if s != nil {
+		start = s.start
+	}
+	if id == 0 || start == stamp {
+		m.take(key, now, used, 0, p)
+		m.tidy(key, now, p)
+	}
+	return found
 }
 
 // give returns n units taken at stamp (releases lease id) to the key as it
@@ -393,14 +480,14 @@ func (m *ruleModel) give(key string, now, n, stamp, id int64, lim limits) {
 func (m *ruleModel) status(s *keyState, now int64, p limits) (remaining, reset int64) {
 	switch m.alg {
 	case floodgate.FixedWindow:
-		if s == nil || s.count == 0 {
+		if s == nil || s.count == 0 && len(s.holds) == 0 {
 			if m.align == floodgate.AlignFirstHit {
 				return p.limit, 0
 			}
 			_, end := m.windowAt(now)
 			return p.limit, end - now
 		}
-		return max(0, p.limit-s.count), s.end - now
+		return max(0, p.limit-s.count-held(s.holds, 0)), s.end - now
 	case floodgate.SlidingWindow:
 		cur := floorDiv(now, m.width())
 		newest := int64(-1 << 62)
@@ -440,7 +527,7 @@ func (m *ruleModel) status(s *keyState, now int64, p limits) (remaining, reset i
 		if last == 0 {
 			return p.limit, 0
 		}
-		return max(0, p.limit-held(s, 0)), last - now
+		return max(0, p.limit-leased(s, 0)), last - now
 	}
 	panic("storetest: unknown algorithm")
 }
@@ -454,7 +541,7 @@ func (m *ruleModel) tidy(key string, now int64, p limits) {
 	var empty bool
 	switch m.alg {
 	case floodgate.FixedWindow:
-		empty = s.count == 0
+		empty = s.count == 0 && held(s.holds, now) == 0
 	case floodgate.SlidingWindow:
 		empty = m.slidingSum(s, floorDiv(now, m.width()), -1<<62) == 0
 	case floodgate.TokenBucket:
@@ -481,6 +568,9 @@ type modelTicket struct {
 	cost    int64
 	spent   bool
 	entries []modelEntry
+	// reservation: the ticket of a Reserve, of its held rules, each
+	// holding cost units as reservation id (the entries' lease).
+	reservation bool
 }
 
 type modelEntry struct {
@@ -512,7 +602,25 @@ func newModel(specs []ruleSpec) *model {
 // decide runs one consume, peek or record of cost n at now. keys[i] is rule
 // i's key ("" skips it) and lims[i] its limits for this decision.
 func (m *model) decide(mode floodgate.Mode, now int64, keys []string, lims []limits, n int64) outcome {
+	return m.decideHold(mode, now, keys, lims, n, 0, 0)
+}
+
+// reserve runs a reservation at now: units held until until by the
+// reservable rules, all or nothing with one unit of the others. Its
+// ticket is the reservation's.
+func (m *model) reserve(now int64, keys []string, lims []limits, units, until int64) outcome {
+	return m.decideHold(floodgate.ModeConsume, now, keys, lims, 1, units, until)
+}
+
+// decideHold is decide, and with units > 0 a reservation's consume.
+func (m *model) decideHold(mode floodgate.Mode, now int64, keys []string, lims []limits, n, units, until int64) outcome {
 	out := outcome{ticket: -1}
+	cost := func(i int) int64 {
+		if units > 0 && m.rules[i].holds {
+			return units
+		}
+		return n
+	}
 	for i, k := range keys {
 		if k != "" {
 			out.idx = append(out.idx, i)
@@ -525,18 +633,29 @@ func (m *model) decide(mode floodgate.Mode, now int64, keys []string, lims []lim
 		out.allowed = true
 		for j, i := range out.idx {
 			r := m.rules[i]
-			out.rules[j] = r.check(r.at(keys[i], now, lims[i]), now, n, lims[i])
+			out.rules[j] = r.check(r.at(keys[i], now, lims[i]), now, cost(i), lims[i])
 			if !out.rules[j].allowed && !r.shadow {
 				out.allowed = false
 			}
 		}
 		if mode == floodgate.ModeConsume && out.allowed {
 			m.nextID++
-			t := &modelTicket{cost: n}
+			t := &modelTicket{cost: n, reservation: units > 0}
+			if units > 0 {
+				t.cost = units
+			}
 			for j, i := range out.idx {
-				if out.rules[j].allowed {
-					stamp := m.rules[i].take(keys[i], now, n, m.nextID, lims[i])
+				r := m.rules[i]
+				switch {
+				case !out.rules[j].allowed:
+				case units > 0 && r.holds:
+					stamp := r.hold(keys[i], now, units, until, m.nextID, lims[i])
 					t.entries = append(t.entries, modelEntry{rule: i, key: keys[i], stamp: stamp, lease: m.nextID, lim: lims[i]})
+				default:
+					stamp := r.take(keys[i], now, n, m.nextID, lims[i])
+					if !t.reservation {
+						t.entries = append(t.entries, modelEntry{rule: i, key: keys[i], stamp: stamp, lease: m.nextID, lim: lims[i]})
+					}
 				}
 			}
 			if len(t.entries) > 0 {
@@ -571,9 +690,13 @@ func wrote(mode floodgate.Mode, out outcome, j int) bool {
 	return mode == floodgate.ModeRecord || mode == floodgate.ModeConsume && out.allowed && out.rules[j].allowed
 }
 
-// refund gives ticket t back at now, once.
+// refund gives ticket t back at now, once; a reservation's it releases.
 func (m *model) refund(now int64, t int) {
 	tk := m.tickets[t]
+	if tk.reservation {
+		m.settle(now, t, 0)
+		return
+	}
 	if tk.spent {
 		return
 	}
@@ -581,6 +704,35 @@ func (m *model) refund(now int64, t int) {
 	for _, e := range tk.entries {
 		m.rules[e.rule].give(e.key, now, tk.cost, e.stamp, e.lease, e.lim)
 	}
+}
+
+// settle settles reservation ticket t at now with used units, once, and
+// says what it found, as Limiter.Settle does.
+func (m *model) settle(now int64, t int, used int64) floodgate.Settlement {
+	tk := m.tickets[t]
+	if tk.spent {
+		return floodgate.AlreadySettled
+	}
+	tk.spent = true
+	out := floodgate.Settled
+	for _, e := range tk.entries {
+		if !m.rules[e.rule].settle(e.key, now, used, e.stamp, e.lease, e.lim) {
+			out = floodgate.Lapsed
+		}
+	}
+	return out
+}
+
+// settleOldest ends the first hold to lapse of each reservable rule's key
+// with used units, as Limiter.SettleOldest does.
+func (m *model) settleOldest(now int64, keys []string, lims []limits, used int64) floodgate.Settlement {
+	out := floodgate.Settled
+	for i, k := range keys {
+		if k != "" && m.rules[i].holds && !m.rules[i].settle(k, now, used, 0, 0, lims[i]) {
+			out = floodgate.Lapsed
+		}
+	}
+	return out
 }
 
 // reset forgets every applicable rule's key.

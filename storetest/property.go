@@ -51,6 +51,7 @@ func randomRule(rng *rand.Rand, alg floodgate.Algorithm, name, attr string, zone
 	s := &hr.spec
 	switch alg {
 	case floodgate.FixedWindow:
+		s.holds = rng.IntN(2) == 0
 		s.window = between(1000, 2_000_000)
 		switch r := rng.IntN(10); {
 		case r < 5:
@@ -111,6 +112,10 @@ func (h *harness) step(absent int) {
 			return 1
 		}
 		return 1 + h.rng.Int64N(most+1) // now and then more than any rule admits
+	}
+	if ok, _ := h.reservable(); ok && h.rng.IntN(10) < 3 {
+		h.stepReservation(attrs, keys, most)
+		return
 	}
 	switch r := h.rng.IntN(100); {
 	case r < 40:

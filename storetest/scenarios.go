@@ -511,7 +511,7 @@ func testCalendarProperty(t *testing.T, newStore func(*testing.T) store.Store, c
 		rng := newRand(seed, 3)
 		align := floodgate.AlignDay + floodgate.Align(rng.IntN(2))
 		hr := harnessRule{
-			spec: ruleSpec{name: "budget", alg: floodgate.FixedWindow, align: align, loc: cfg.zones[rng.IntN(len(cfg.zones))]},
+			spec: ruleSpec{name: "budget", alg: floodgate.FixedWindow, align: align, loc: cfg.zones[rng.IntN(len(cfg.zones))], holds: rng.IntN(2) == 0},
 			attr: "k",
 		}
 		hr.spec.window = int64(6 * time.Hour / time.Microsecond) // the harness's time step

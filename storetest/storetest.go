@@ -53,6 +53,10 @@
 //     gives tokens back only within one window of the charge.
 //   - After a change of limit a GCRA key keeps its theoretical arrival time
 //     rounded up to a whole µs: stores hold its fraction in 1/limit µs.
+//   - A reservation is a write: a first-hit window it opens lives to its
+//     end, and a denial's retry may be the lapse of a hold. Holds that
+//     lapse together end oldest first in the order they were taken (what
+//     settling without a ticket ends). See model.go for the rest.
 package storetest
 
 import (
@@ -189,4 +193,5 @@ func suite(t *testing.T, newStore func(t *testing.T) store.Store, cfg *config) {
 	t.Run("LimitChanges", func(t *testing.T) { testLimitChanges(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
 	t.Run("Reset", func(t *testing.T) { testReset(t, newStore) })
+	t.Run("Reservations", func(t *testing.T) { testReservations(t, newStore) })
 }

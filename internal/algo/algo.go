@@ -25,6 +25,14 @@
 // Give (a refund) is applied to the stored state without normalizing it,
 // so a key held under limits other than the ticket's keeps its meaning and
 // gets back exactly the units the ticket took.
+//
+// A FixedWindow rule with Params.Holds (a budget) also keeps the holds of
+// reservations (see holds.go): they count as charged units until they are
+// settled or lapse. They lapse by the clock alone, so Normalize drops the
+// lapsed ones in place and a store keeps the holds of the state it
+// normalized even when it keeps nothing else of it: a store normalizing a
+// copy of the head gives the copy the stored Leases and stores the copy's
+// back after every decision.
 package algo
 
 import (
@@ -45,16 +53,19 @@ type Params = store.Params
 // win is p's window in µs.
 func win(p *Params) int64 { return int64(p.Window / time.Microsecond) }
 
-// Lease is one held concurrency slot group.
+// Lease is one held concurrency slot group, or one hold of a reservation
+// on a fixed window (see holds.go).
 type Lease struct {
 	ID  uint64
-	N   int64 // slots held
-	Exp int64 // µs when it lapses if not released
+	N   int64 // slots (units) held
+	Exp int64 // µs when it lapses if not released (settled)
 }
 
 // State is one key's state. The zero value is an absent key.
 //
-//	FixedWindow:   A = window start, B = count, C = window end
+//	FixedWindow:   A = window start, B = count, C = window end; with
+//	               Params.Holds, Leases = the reservations' holds, sorted
+//	               by Exp (see holds.go)
 //	SlidingWindow: A = newest bucket number, B = sum of Ring, Ring = per-bucket counts
 //	TokenBucket:   A = whole tokens, B = fraction in 1/Window token units, C = last refill
 //	GCRA:          A = theoretical arrival time (whole µs), B = remainder in 1/C µs,
@@ -63,7 +74,7 @@ type Lease struct {
 //	Concurrency:   A = slots held, Leases = the leases, sorted by Exp
 //
 // So the kinds that are not InPlace keep all their state in Live, A, B
-// and C.
+// and C, but for the holds of a fixed window that has them.
 type State struct {
 	Live    bool
 	A, B, C int64
@@ -93,6 +104,9 @@ func Normalize(p *Params, s *State, now int64) {
 			start, end := windowAt(p, now)
 			s.A, s.B, s.C, s.Live = start, 0, end, true
 		}
+		if p.Holds {
+			dropLapsed(s, now)
+		}
 	case store.SlidingWindow:
 		normSliding(p, s, now)
 	case store.TokenBucket:
@@ -119,10 +133,11 @@ func Check(p *Params, s *State, now, n int64) (ok, never bool, retry int64) {
 		if n > p.Limit {
 			return false, true, 0
 		}
-		if s.B+n <= p.Limit {
+		held := heldUnits(p, s)
+		if s.B+held+n <= p.Limit {
 			return true, false, 0
 		}
-		return false, false, s.C - now
+		return false, false, holdsRetry(p, s, now, n, held)
 	case store.SlidingWindow:
 		return checkSliding(p, s, now, n)
 	case store.TokenBucket:
@@ -253,10 +268,11 @@ func Give(p *Params, s *State, now, n, stamp int64, lease uint64) {
 func Status(p *Params, s *State, now int64) (remaining, reset int64) {
 	switch p.Algorithm {
 	case store.FixedWindow:
-		if s.B == 0 && p.Align == store.AlignFirstHit {
+		held := heldUnits(p, s)
+		if s.B == 0 && held == 0 && p.Align == store.AlignFirstHit {
 			return p.Limit, 0
 		}
-		return max(0, p.Limit-s.B), s.C - now
+		return max(0, p.Limit-s.B-held), s.C - now
 	case store.SlidingWindow:
 		return max(0, p.Limit-s.B), slidingReset(p, s, now)
 	case store.TokenBucket:
@@ -293,10 +309,10 @@ func StatusExpiry(p *Params, s *State, now int64) (remaining, reset, expiry int6
 	switch {
 	case p.Algorithm != store.FixedWindow:
 		return remaining, reset, now + reset
-	case s.B == 0:
+	case s.B == 0 && heldUnits(p, s) == 0:
 		return remaining, reset, now
 	}
-	return remaining, reset, s.C
+	return remaining, reset, s.C // a window holding anything lives to its end
 }
 
 // TicketLifetime is how long (µs) a store must remember a refunded ticket

@@ -83,14 +83,23 @@ func floorMod(a, b int64) int64 {
 
 func normLeases(s *State, now int64) {
 	s.Live = true
+	if dropLapsed(s, now) {
+		s.A = sumLeases(s)
+	}
+}
+
+// dropLapsed drops the leases (or holds) lapsed at now, in place, and
+// reports whether there were any.
+func dropLapsed(s *State, now int64) bool {
 	i := 0
 	for i < len(s.Leases) && s.Leases[i].Exp <= now {
 		i++
 	}
-	if i > 0 {
-		s.Leases = append(s.Leases[:0], s.Leases[i:]...)
-		s.A = sumLeases(s)
+	if i == 0 {
+		return false
 	}
+	s.Leases = append(s.Leases[:0], s.Leases[i:]...)
+	return true
 }
 
 // sumLeases is the slots held, saturating at MaxUnits: a clamped sum cannot
@@ -122,6 +131,12 @@ func checkLeases(p *Params, s *State, now, n int64) (ok, never bool, retry int64
 
 func addLease(s *State, l Lease) {
 	s.A = addClamped(s.A, l.N)
+	insertLease(s, l)
+}
+
+// insertLease adds l to s.Leases in Exp order, after the leases that lapse
+// when it does.
+func insertLease(s *State, l Lease) {
 	i := len(s.Leases)
 	s.Leases = append(s.Leases, l)
 	for i > 0 && s.Leases[i-1].Exp > l.Exp {

@@ -111,7 +111,8 @@ type Options struct {
 	// grants; nil grants the ops whose rule asks for it (Op.Grant, from
 	// floodgate.Rule.Grant). It is called on every decision and must be
 	// fast. Ops it accepts of any other algorithm than fixed window and
-	// token bucket, and shadow ops, are not granted.
+	// token bucket, shadow ops, and ops of reservable rules
+	// (Params.Holds) are not granted.
 	Granted func(op *store.Op) bool
 	// Share is the part of a key's remaining units one grant takes at
 	// most: a grant is remaining/Share; 0 means DefaultShare.
@@ -295,8 +296,8 @@ func (s *Store) settle(ctx context.Context, g *grant, m store.Mode) error {
 
 // grants reports whether op's consumes are answered from grants.
 func (s *Store) grants(op *store.Op) bool {
-	if op.Shadow || !Grantable(op.Params.Algorithm) {
-		return false
+	if op.Shadow || op.Params.Holds || !Grantable(op.Params.Algorithm) {
+		return false // a grant cannot see the holds of reservations
 	}
 	if s.granted == nil {
 		return op.Grant

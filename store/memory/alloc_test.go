@@ -33,6 +33,7 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 	}
 	told := 0 // rules told to the Observers below
 	composite := floodgate.Rule{Name: "per-org-user", Algorithm: floodgate.SlidingWindow, Limit: 1e9, Window: time.Hour, Key: []string{"org", "user"}}
+	budget := floodgate.Rule{Name: "budget", Algorithm: floodgate.FixedWindow, Limit: 1e9, Window: time.Hour, Key: []string{"user"}, Reservable: true}
 	for _, tc := range []struct {
 		name  string
 		rules []floodgate.Rule
@@ -44,6 +45,9 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 		{"three rules, one with two callbacks", rules, nil, 4},
 		{"three rules, told to an Observer", rules, &floodgate.Options{Observer: countRules(&told)}, 4},
 		{"a composite key", []floodgate.Rule{rules[0], composite}, nil, 1},
+		// Its keys hold reservations (see below).
+		{"a reservable rule", []floodgate.Rule{budget}, nil, 0},
+		{"a reservable rule and two more", []floodgate.Rule{budget, rules[0], rules[1]}, nil, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := floodgate.New("alloc", store, tc.rules, tc.opts)
@@ -69,6 +73,13 @@ func TestDecisionsDoNotAllocate(t *testing.T) {
 			}
 			for _, u := range users { // every key exists before counting
 				l.Allow(ctx, floodgate.Attributes{"user": u, "org": "acme"})
+				if tc.rules[0].Reservable {
+					for range 3 {
+						if o, err := l.Reserve(ctx, floodgate.Attributes{"user": u}, 10, time.Hour); err != nil || !o.Allowed {
+							t.Fatalf("Reserve: %+v, %v", o, err)
+						}
+					}
+				}
 			}
 			before := told
 			for name, call := range calls {

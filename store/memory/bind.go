@@ -50,9 +50,9 @@ func (b *bound) Decide(c store.Call) (a store.Answer) {
 		// Assigned, not appended: an append might move the ops to the
 		// heap, and the answer they point to with them.
 		names[i] = name{r.scope, c.Keys[i]}
-		ops[i] = op{p: p, shadow: r.shadow, res: &a.Results[i], stamp: &a.Stamps[i]}
+		ops[i] = op{p: p, shadow: r.shadow, held: reserves(c.Mode, c.Hold, c.Held[i], p), res: &a.Results[i], stamp: &a.Stamps[i]}
 	}
-	a.Allowed = b.s.decide(c.Mode, c.Now, c.Cost, c.Ticket, names[:c.N], ops[:c.N])
+	a.Allowed = b.s.decide(c.Mode, c.Now, c.Cost, c.Ticket, c.Hold, names[:c.N], ops[:c.N])
 	return a
 }
 
@@ -68,7 +68,7 @@ func (b *bound) One(mode store.Mode, now, cost int64, ticket uint64, key string,
 	names := [1]name{{r.scope, key}}
 	ops := [1]op{{p: p, shadow: r.shadow, res: &res, stamp: &stamp}}
 	if mode == store.Record {
-		return res, stamp, b.s.decide(mode, now, cost, ticket, names[:], ops[:])
+		return res, stamp, b.s.decide(mode, now, cost, ticket, store.Hold{}, names[:], ops[:])
 	}
 	return res, stamp, b.s.decideOne(mode, now, cost, ticket, names[0], &ops[0])
 }

@@ -229,8 +229,9 @@ type name struct {
 type op struct {
 	p      *store.Params
 	shadow bool
+	held   bool // a reservation's op: it holds the decision's Hold (see reserves)
 	res    *store.Result
-	stamp  *int64 // an output of consume and record, an input of refund
+	stamp  *int64 // an output of consume and record, an input of refund and settle
 
 	h     uint64
 	shard int
@@ -252,19 +253,27 @@ func (s *Store) Apply(_ context.Context, b *store.Batch) error {
 	for i := range b.Ops {
 		o := &b.Ops[i]
 		names = append(names, name{s.scopeID(o.Scope), o.Key})
-		ops = append(ops, op{p: &o.Params, shadow: o.Shadow, res: &o.Result, stamp: &o.Stamp})
+		ops = append(ops, op{p: &o.Params, shadow: o.Shadow, held: reserves(b.Mode, b.Hold, o.Held, &o.Params), res: &o.Result, stamp: &o.Stamp})
 	}
-	b.Allowed = s.decide(b.Mode, b.Now.UnixMicro(), b.Cost, b.Ticket, names, ops)
+	b.Allowed = s.decide(b.Mode, b.Now.UnixMicro(), b.Cost, b.Ticket, b.Hold, names, ops)
 	return nil
 }
 
+// reserves reports whether an op marked held (Op.Held) holds h, a
+// decision's hold: in a consume with units to hold, on a rule whose keys
+// keep holds.
+func reserves(mode store.Mode, h store.Hold, held bool, p *store.Params) bool {
+	return held && mode == store.Consume && h.Units > 0 && p.Holds && p.Algorithm == store.FixedWindow
+}
+
 // decide applies one decision of mode to ops, named by names, atomically,
-// and reports whether a consume was admitted (and charged). The shards of
+// and reports whether a consume was admitted (and charged), or a settle
+// applied. The held ops of a consume hold h (see store.Batch.Hold). The shards of
 // all its keys are locked, in ascending order, for the whole decision;
 // rules keyed on one value (the commonest decision of several rules) take
 // one hash and one lock, and each rule's slot is found along the key's
 // chain from the rule before it.
-func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []name, ops []op) bool {
+func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, names []name, ops []op) bool {
 	var lockBuf [maxInline]int
 	locks := lockBuf[:0]
 	if len(ops) > maxInline {
@@ -286,13 +295,22 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []
 	s.lock(locks)
 	defer s.unlock(locks)
 	var ticketShard *shard
-	if mode == store.Refund && !leasesOnly(ops) {
+	if mode == store.Refund && !leasesOnly(ops) || mode == store.Settle && ticket != 0 {
 		// The spent-ticket record lives with the first op's shard, which
-		// is locked; so the check and the refund are one atomic step.
+		// is locked; so the check and the refund (or settlement) are one
+		// atomic step.
 		ticketShard = &s.shards[ops[0].shard]
-		// A full spent-ticket table refuses refunds: stricter, never looser.
-		if _, spent := ticketShard.spent[ticket]; spent || len(ticketShard.spent) >= 4*ticketShard.cap {
-			return false
+		if _, spent := ticketShard.spent[ticket]; spent {
+			return false // changing nothing, and answering nothing per op
+		}
+		if len(ticketShard.spent) >= 4*ticketShard.cap {
+			// A full spent-ticket table refuses refunds, and settles
+			// without a record (a second settlement finds no hold and
+			// charges again): stricter, never looser.
+			if mode == store.Refund {
+				return false
+			}
+			ticketShard = nil
 		}
 	}
 	// Resolve every op to a slot before taking pointers: inserting may
@@ -322,7 +340,7 @@ func (s *Store) decide(mode store.Mode, now, cost int64, ticket uint64, names []
 		sh.entries[j].pin = true
 		o.slot = j
 	}
-	allowed := s.apply(mode, now, cost, ticket, ops, ticketShard)
+	allowed := s.apply(mode, now, cost, ticket, h, ops, ticketShard)
 	for i := range ops {
 		o := &ops[i]
 		if o.slot < 0 {
@@ -387,19 +405,32 @@ func view(p *store.Params, e *entry, tmp *algo.State) *algo.State {
 	}
 	// The kinds normalized on a copy keep all their state in its head
 	// (see algo.State): copying Ring and Leases too would cost a
-	// decision more than its arithmetic.
+	// decision more than its arithmetic. A fixed window with holds
+	// shares its holds with the copy, which settle always stores back:
+	// they lapse by the clock alone, and a decision that holds writes
+	// them.
 	tmp.Live, tmp.A, tmp.B, tmp.C = e.st.Live, e.st.A, e.st.B, e.st.C
+	if p.Holds {
+		tmp.Leases = e.st.Leases
+	}
 	return tmp
 }
 
 // settle fills res's remaining and reset from v, the state decided on, and
-// keeps v as e's state when the decision wrote (charged or recorded), with
-// its expiry. A decision that charged nothing leaves e as it was; e is nil
-// for a peek of a key not held.
+// keeps v as e's state when the decision wrote (charged, held or
+// recorded), with its expiry; the holds of a copy are kept whatever the
+// decision (see view). A decision that wrote nothing leaves e's head as it
+// was; e is nil for a peek of a key not held.
 func settle(p *store.Params, res *store.Result, e *entry, v *algo.State, wrote bool, now int64) {
 	rem, reset, exp := algo.StatusExpiry(p, v, now)
 	res.Remaining, res.ResetAfter = rem, micros(reset)
-	if e != nil && (wrote || algo.InPlace(p.Algorithm)) {
+	if e == nil {
+		return
+	}
+	if p.Holds && v != &e.st {
+		e.st.Leases = v.Leases
+	}
+	if wrote || algo.InPlace(p.Algorithm) {
 		e.exp = exp
 		if v != &e.st { // a copy of the head (see view)
 			e.st.Live, e.st.A, e.st.B, e.st.C = v.Live, v.A, v.B, v.C
@@ -430,8 +461,9 @@ func (s *Store) unlock(locks []int) {
 }
 
 // apply runs the algorithms over a decision whose keys are resolved and
-// locked, and reports whether a consume was admitted.
-func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op, ticketShard *shard) bool {
+// locked, and reports whether a consume was admitted (a settle: applied).
+// The held ops of a consume check and hold h.Units in place of cost.
+func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, h store.Hold, ops []op, ticketShard *shard) bool {
 	// A peek of a key not held (slot -1) works on a fresh entry of its own.
 	// The scratch is declared where it is used: zeroing it is not free.
 	var fresh []entry
@@ -459,7 +491,11 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 			o, e := &ops[i], s.entryOf(ops, i, fresh)
 			v := view(o.p, e, &tmp[i])
 			algo.Normalize(o.p, v, now)
-			ok, never, retry := algo.Check(o.p, v, now, cost)
+			n := cost
+			if o.held {
+				n = h.Units
+			}
+			ok, never, retry := algo.Check(o.p, v, now, n)
 			*o.res = store.Result{Allowed: ok, Never: never, RetryAfter: micros(retry)}
 			if !ok && !o.shadow {
 				allowed = false
@@ -472,7 +508,10 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 				v = &tmp[i]
 			}
 			charge := mode == store.Consume && allowed && o.res.Allowed
-			if charge {
+			switch {
+			case charge && o.held:
+				*o.stamp = algo.Hold(o.p, v, now, h.Units, h.Until, ticket)
+			case charge:
 				*o.stamp = algo.Take(o.p, v, now, cost, ticket)
 			}
 			settle(o.p, o.res, e, v, charge, now)
@@ -514,6 +553,29 @@ func (s *Store) apply(mode store.Mode, now, cost int64, ticket uint64, ops []op,
 		if ticketShard != nil {
 			ticketShard.spent[ticket] = now + keep
 		}
+	case store.Settle:
+		var keep int64
+		for i := range ops {
+			o, e := &ops[i], s.entryOf(ops, i, fresh)
+			keep = max(keep, algo.TicketLifetime(o.p))
+			var tmp algo.State
+			v := view(o.p, e, &tmp)
+			algo.Normalize(o.p, v, now)
+			found, charged := algo.Settle(o.p, v, now, cost, *o.stamp, ticket)
+			// A record's result (a peek at 1 after), but for Allowed:
+			// whether the hold was still there.
+			ok, never, retry := algo.Check(o.p, v, now, 1)
+			*o.res = store.Result{Allowed: found, Never: never}
+			if !ok && !never {
+				o.res.RetryAfter = micros(retry)
+			}
+			settle(o.p, o.res, e, v, charged, now)
+			e.wrote = charged
+		}
+		if ticketShard != nil {
+			ticketShard.spent[ticket] = now + keep
+		}
+		return true
 	case store.Reset:
 		for i := range ops {
 			*ops[i].res = store.Result{Allowed: true, Remaining: ops[i].p.Limit}

@@ -405,3 +405,45 @@ func TestSweeperSparesLateDecisions(t *testing.T) {
 		t.Fatal("a decision timed in the full window, arriving after the sweep, was admitted")
 	}
 }
+
+// TestHoldsKeepTheirKey: a key whose count is 0 but which holds a
+// reservation is a key in use. The sweeper leaves it until its window
+// ends, and a flood of distinct keys does not push it out while it is
+// used; its hold is then still there to settle.
+func TestHoldsKeepTheirKey(t *testing.T) {
+	const maxKeys = 64
+	s := memory.New(&memory.Options{MaxKeys: maxKeys, Shards: 1, SweepInterval: time.Millisecond})
+	defer s.Close()
+	budget := perIP(floodgate.FixedWindow, 100, time.Minute)
+	budget.Reservable = true
+	l, clock := floodLimiter(t, s, budget)
+	ctx := context.Background()
+	o, err := l.Reserve(ctx, ip("held"), 60, 30*time.Second)
+	if err != nil || !o.Allowed {
+		t.Fatalf("Reserve = %+v, %v", o, err)
+	}
+	clock.Advance(20 * time.Second)
+	for i := range 10 * maxKeys {
+		l.Allow(ctx, ip(strconv.Itoa(i)))
+		if i%16 == 0 {
+			l.Peek(ctx, ip("held"), 1) // the key is in use
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // many sweeps
+	if d, _ := l.Peek(ctx, ip("held"), 1); d.Remaining != 40 {
+		t.Fatalf("a key holding 60 units: %d left, want 40 (the key was forgotten)", d.Remaining)
+	}
+	if st, err := l.Settle(ctx, o.Ticket(), 10); err != nil || st != floodgate.Settled {
+		t.Fatalf("Settle = %v, %v; want settled (the hold was there)", st, err)
+	}
+	// Released, it holds nothing and counts 10 to its window's end.
+	clock.Advance(2 * time.Minute) // past every window, and the sweeper's lateness
+	l.Allow(ctx, ip("late"))
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() > 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len() = %d once every window ended, want 1", n)
+	}
+}

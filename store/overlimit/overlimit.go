@@ -300,9 +300,11 @@ func (s *Store) drop(op *store.Op) {
 
 // cacheable reports whether op's denials may be remembered: an enforced
 // rule whose state only moves towards admitting with time. Concurrency
-// leases are released at any moment, so they are never remembered.
+// leases are released at any moment, and so are the holds of a reservable
+// rule's keys, whose denials lift as their holds lapse, so they are never
+// remembered.
 func cacheable(op *store.Op) bool {
-	return !op.Shadow && op.Params.Algorithm != store.Concurrency
+	return !op.Shadow && op.Params.Algorithm != store.Concurrency && !op.Params.Holds
 }
 
 // shard returns the shard that holds op's denials: by its key alone,
