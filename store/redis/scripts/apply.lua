@@ -80,7 +80,7 @@ local function refund(b)
   end
   for j = 1, #b.ops do local op = b.ops[j]
     if op.kind.holds and op.held then
-      holds.forget(op, op.ticket .. ':' .. op.units)
+      holds.forget(op, holds.member(op))
       persist(op)
       op.rem, op.reset = op.kind.status(op)
     elseif op.exists then

@@ -34,11 +34,15 @@ function holds.load(op)
   if j < #v then op.last = tonumber(v[#v]) end
 end
 
+-- member is the member of the hold an op of a reservation takes (its
+-- units in decimal: concatenating a number would write 1e+14).
+function holds.member(op) return op.ticket .. ':' .. format('%d', op.units) end
+
 -- add holds the op's units as its ticket until min(now + hold, the
 -- window's end) and returns the window's start, the hold's stamp.
 local function add(op)
   local lapse = min(now + op.hold, op.c)
-  op.add, op.lapse, op.dirty = op.ticket .. ':' .. op.units, lapse, true
+  op.add, op.lapse, op.dirty = holds.member(op), lapse, true
   op.h, op.last = addc(op.h, op.units), max(op.last, lapse)
   return op.a
 end
