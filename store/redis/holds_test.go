@@ -458,3 +458,26 @@ func TestClusterReservationOnMigratingSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestReservationIsOneCall counts server commands: a reservation over two
+// rules is one FCALL, and so is its settlement.
+func TestReservationIsOneCall(t *testing.T) {
+	srv := redistest.Start(t)
+	lim := dailyBudget(t, "calls", serverStore(t, []string{srv.Addr}, false, nil), 1_000_000, noonZone())
+	ctx := context.Background()
+	attrs := floodgate.Attributes{"tenant": "t", "user": "u"}
+	srv.MustDo("CONFIG", "RESETSTAT")
+	const n = 50
+	for range n {
+		o, err := lim.Reserve(ctx, attrs, 100, time.Minute)
+		if err != nil || !o.Allowed {
+			t.Fatalf("reserve: %+v, %v", o.Decision, err)
+		}
+		if s, err := lim.Settle(ctx, o.Ticket(), 40); err != nil || s != floodgate.Settled {
+			t.Fatalf("settle: %v, %v", s, err)
+		}
+	}
+	if calls := srv.CommandCalls(); calls["fcall"] != 2*n {
+		t.Fatalf("commands for %d reservations and settlements: %v, want %d fcall", n, calls, 2*n)
+	}
+}
