@@ -60,7 +60,7 @@
 // A rule key's state lives under prefix + "{scope:key}:" + the algorithm
 // (fixed, sliding, bucket, gcra or leases; leases add a sorted set of
 // expiries, a reservable fixed window ("...}:holds") a sorted set of the
-// reservations' holds, "ticket:units" scored by when each lapses, refunded
+// reservations' holds, "ticket:units:n" scored by when each lapses, refunded
 // and settled tickets a marker). The scope is the limiter's:
 // "limiter/rule@window" (the window, such as "1m", keeps a rule whose
 // window changes from reading the old window's state; see docs/redis.md). The braces are a Cluster

@@ -109,18 +109,24 @@ func shortWindow(w time.Duration) string {
 // holdsKey is the budget's sorted set of holds.
 func (c *budgetCase) holdsKey() string { return "fg:{" + c.scope + ":" + c.tenant + "}:holds" }
 
-// holds returns the budget key's holds as redis-cli shows them: member
-// ("ticket:units") and score (µs when it lapses).
-func (c *budgetCase) holds(t *testing.T) map[string]int64 {
+// hold is one hold as redis-cli shows it: the member "ticket:units:n"
+// and its score, when it lapses (µs).
+type hold struct {
+	units, n, lapse int64
+}
+
+// holds returns the budget key's holds by ticket.
+func (c *budgetCase) holds(t *testing.T) map[uint64]hold {
 	t.Helper()
 	f := strings.Fields(c.d.do(t, "ZRANGE", c.holdsKey(), "0", "-1", "WITHSCORES"))
-	out := map[string]int64{}
+	out := map[uint64]hold{}
 	for i := 0; i+1 < len(f); i += 2 {
-		score, err := strconv.ParseInt(f[i+1], 10, 64)
-		if err != nil {
-			t.Fatalf("hold %s scored %q", f[i], f[i+1])
+		var id uint64
+		var h hold
+		if _, err := fmt.Sscanf(f[i]+" "+f[i+1], "%d:%d:%d %d", &id, &h.units, &h.n, &h.lapse); err != nil {
+			t.Fatalf("hold %s scored %s: %v", f[i], f[i+1], err)
 		}
-		out[f[i]] = score
+		out[id] = h
 	}
 	return out
 }
@@ -262,10 +268,11 @@ func testHoldsCount(t *testing.T, c *budgetCase) {
 	}
 	want(t, "budget remaining", c.remaining(t), 70)
 	hs := c.holds(t)
-	lapse, ok := hs[strconv.FormatUint(o.Ticket().ID, 10)+":30"]
-	if !ok || len(hs) != 1 {
-		t.Fatalf("holds %v, want one of ticket %d for 30 units", hs, o.Ticket().ID)
+	h, ok := hs[o.Ticket().ID]
+	if !ok || len(hs) != 1 || h.units != 30 || h.n != 1 {
+		t.Fatalf("holds %v, want the first of ticket %d, for 30 units", hs, o.Ticket().ID)
 	}
+	lapse := h.lapse
 	if lo, hi := before.Add(time.Minute-time.Second).UnixMicro(), time.Now().Add(time.Minute+time.Second).UnixMicro(); lapse < lo || lapse > hi {
 		t.Errorf("hold lapses at %d, want about a minute from now (%d..%d)", lapse, lo, hi)
 	}
@@ -302,7 +309,7 @@ func testLargeUnits(t *testing.T, c *budgetCase) {
 		t.Fatalf("reservation of %d of %d: %+v, %v", int64(units), int64(limit), o.Decision, err)
 	}
 	key := "fg:{" + c.name + "-large/budget@1h:" + c.tenant + "}:holds"
-	if m := strings.Fields(c.d.do(t, "ZRANGE", key, "0", "-1")); len(m) != 1 || m[0] != fmt.Sprintf("%d:%d", o.Ticket().ID, int64(units)) {
+	if m := strings.Fields(c.d.do(t, "ZRANGE", key, "0", "-1")); len(m) != 1 || m[0] != fmt.Sprintf("%d:%d:1", o.Ticket().ID, int64(units)) {
 		t.Errorf("holds %v", m)
 	}
 	if s, err := lim.Settle(ctx, o.Ticket(), units-1); err != nil || s != floodgate.Settled {
@@ -357,8 +364,8 @@ func testHoldEndsWithWindow(t *testing.T, c *budgetCase, align floodgate.Align) 
 	if b.Remaining != 70 || b.ResetAfter > 2*time.Second {
 		t.Fatalf("budget with a hold: %+v", b)
 	}
-	for _, score := range c.holds(t) {
-		if until := time.UnixMicro(score); time.Until(until) > 2*time.Second {
+	for _, h := range c.holds(t) {
+		if until := time.UnixMicro(h.lapse); time.Until(until) > 2*time.Second {
 			t.Errorf("a hold of an hour in a window of 2s lapses in %v", time.Until(until))
 		}
 	}
@@ -382,12 +389,16 @@ func testSettleOldest(t *testing.T, c *budgetCase, align floodgate.Align) {
 	if r := d.Rules[0]; d.Allowed || r.RetryAfter > 5*time.Minute || r.RetryAfter < 5*time.Minute-2*time.Second {
 		t.Errorf("60 units beside holds of 20 (10 min) and 30 (5 min): %+v, want denied for about 5 min", r)
 	}
-	if align == floodgate.AlignFirstHit && (b.ResetAfter > 10*time.Minute || b.ResetAfter < 10*time.Minute-2*time.Second) {
-		t.Errorf("a first-hit window holding only holds resets in %v, want when the last lapses (10 min)", b.ResetAfter)
+	end := time.Now().Add(time.Hour) // a first-hit window's, opened just now
+	if align != floodgate.AlignFirstHit {
+		end = time.Now().Truncate(time.Hour).Add(time.Hour)
+	}
+	if d := time.Until(end) - b.ResetAfter; d < -time.Second || d > 2*time.Second {
+		t.Errorf("a window holding holds resets in %v, want at its end (in %v)", b.ResetAfter, time.Until(end))
 	}
 	want(t, "settle oldest", c.settleOldest(t, 5), floodgate.Settled)
 	hs := c.holds(t)
-	if _, ok := hs[strconv.FormatUint(late.Ticket().ID, 10)+":20"]; !ok || len(hs) != 1 {
+	if _, ok := hs[late.Ticket().ID]; !ok || len(hs) != 1 {
 		t.Errorf("holds after settling the oldest: %v, want the later one's (ticket %d)", hs, late.Ticket().ID)
 	}
 	want(t, "budget remaining", c.remaining(t), 75)
@@ -396,6 +407,25 @@ func testSettleOldest(t *testing.T, c *budgetCase, align floodgate.Align) {
 	want(t, "settle oldest with none held", c.settleOldest(t, 4), floodgate.Lapsed)
 	want(t, "budget remaining", c.remaining(t), 84)
 	want(t, "settling a ticket whose hold was settled as the oldest", c.settle(t, early, 1), floodgate.Lapsed)
+	want(t, "budget remaining", c.remaining(t), 83)
+
+	// Holds that lapse together (at the window's end) go in the order
+	// they were taken, whatever their tickets.
+	var taken []uint64
+	for range 5 {
+		o, err := c.lim.Reserve(context.Background(), floodgate.Attributes{"tenant": c.tenant}, 3, 2*time.Hour)
+		if err != nil || !o.Allowed {
+			t.Fatalf("reserve: %+v, %v", o.Decision, err)
+		}
+		taken = append(taken, o.Ticket().ID)
+	}
+	for i, id := range taken {
+		hs := c.holds(t)
+		if h, ok := hs[id]; !ok || len(hs) != len(taken)-i || h.n != int64(i+1) {
+			t.Fatalf("holds %v before settling the oldest, want ticket %d numbered %d first", hs, id, i+1)
+		}
+		want(t, "settle oldest of holds lapsing together", c.settleOldest(t, 0), floodgate.Settled)
+	}
 	want(t, "budget remaining", c.remaining(t), 83)
 }
 

@@ -230,7 +230,7 @@ func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
 		case store.Refund:
 			continue
 		case store.Settle: // a peek at 1 but for Allowed: the hold was found
-			op.Result.Allowed, op.Result.Never = st == statusAdmitted, op.Params.Limit < 1
+			op.Result.Allowed, op.Result.Never = st == statusAdmitted, g.c.reply[0] == 1 && op.Params.Limit < 1
 			op.Result.RetryAfter = micros(v[replyRetry])
 			continue
 		}

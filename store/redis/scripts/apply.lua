@@ -80,7 +80,7 @@ local function refund(b)
   end
   for j = 1, #b.ops do local op = b.ops[j]
     if op.kind.holds and op.held then
-      holds.forget(op, holds.member(op))
+      holds.take(op, op.ticket) -- live: a lapsed one goes with the others
       persist(op)
       op.rem, op.reset = op.kind.status(op)
     elseif op.exists then
@@ -137,8 +137,9 @@ end
 -- charged for all the same. A ticket is settled once (b.spent records
 -- it; a settlepart is a part of a settle that recorded it, see
 -- store/redis/moving.go). Without a ticket (0) it ends the oldest live
--- hold, whoever took it, and charges the current window. An op's status
--- says whether a hold was found; the rest of its reply is a peek at 1.
+-- hold, whoever took it, and charges the current window. Only fixed
+-- windows are charged. An op's status says whether a hold was found (1)
+-- or not (0); the rest of its reply is a peek at 1.
 local function settle(b)
   local once = b.mode == 'settle' and b.ticket ~= '0'
   if once and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
@@ -147,17 +148,19 @@ local function settle(b)
     if op.kind.missed and op.kind.missed(op) then return miss() end
   end
   for j = 1, #b.ops do local op = b.ops[j]
-    local current = op.live and now < op.c and op.stamp == op.a
-    local found = false
-    if op.kind.holds then
-      if b.ticket == '0' then found = holds.oldest(op) else found = holds.take(op, b.ticket) end
+    if op.kind.window then
+      local current = op.live and now < op.c and op.stamp == op.a
+      local found = false
+      if op.kind.holds then
+        if b.ticket == '0' then found = holds.oldest(op) else found = holds.take(op, b.ticket) end
+      end
+      op.kind.normalize(op) -- cannot miss; opens a window only in memory
+      if b.cost > 0 and (b.ticket == '0' or current) then op.kind.take(op, b.cost) end
+      if found or op.dirty and op.b > 0 then persist(op) end
+      local _
+      op.ok, op.rem, op.reset = found, op.kind.status(op)
+      _, _, op.retry = op.kind.check(op, 1)
     end
-    op.kind.normalize(op) -- cannot miss; opens a window only in memory
-    if b.cost > 0 and (b.ticket == '0' or current) then op.kind.take(op, b.cost) end
-    if found or op.dirty and op.b > 0 then persist(op) end
-    local _
-    op.ok, op.rem, op.reset = found, op.kind.status(op)
-    _, _, op.retry = op.kind.check(op, 1)
   end
   if once then redis.call('SET', b.spent, '1', 'PX', ttl(now + b.keep)) end
   return reply(b, true)

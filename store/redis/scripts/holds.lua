@@ -1,8 +1,9 @@
 -- Holds: the units that reservations hold on a fixed window's key (a rule
 -- with holds=1), a sorted set beside its state (the op's second key,
--- "...}:holds"): one member per hold, "<ticket>:<units>", scored by the
--- instant (µs) it lapses, its reservation's hold time or its window's end
--- if sooner. The key's count is its window's count plus the units of its
+-- "...}:holds"): one member per hold, "<ticket>:<units>:<n>", scored by
+-- the instant (µs) it lapses, its reservation's hold time or its window's
+-- end if sooner; n numbers the holds in the order they were taken (one
+-- more than the set's highest), which orders those that lapse together. The key's count is its window's count plus the units of its
 -- live holds; a lapsed hold counts for nothing, and the next call that
 -- writes the set drops it. The set expires when its last hold lapses, so
 -- a reservation nobody settles gives its units back with nothing but
@@ -18,43 +19,40 @@
 
 local holds = {}
 
--- units is the units a member holds.
-local function units(member) return tonumber(match(member, ':(%d+)$')) end
+-- units is the units a member holds, and seq its number.
+local function units(member) return tonumber(match(member, '^%d+:(%d+)')) end
+local function seq(member) return tonumber(match(member, ':(%d+)$')) or 0 end
 
 -- load reads op's holds: op.hs the members and scores in the order they
 -- lapse, op.first the index of the first live member (those before it
--- have lapsed), op.h the units held live and op.last when the last live
--- hold lapses (0: none).
+-- have lapsed), op.h the units held live and op.last when the last hold
+-- lapses (0: none).
 function holds.load(op)
   local v = redis.call('ZRANGE', op.lkey, 0, -1, 'WITHSCORES')
   local j, h = 1, 0
   while j < #v and tonumber(v[j + 1]) <= now do j = j + 2 end
   for i = j, #v, 2 do h = addc(h, units(v[i])) end
   op.hs, op.first, op.h, op.last, op.del, op.add = v, j, h, 0, false, false
-  if j < #v then op.last = tonumber(v[#v]) end
+  if #v > 0 then op.last = tonumber(v[#v]) end
 end
 
--- member is the member of the hold an op of a reservation takes (its
--- units in decimal: concatenating a number would write 1e+14).
-function holds.member(op) return op.ticket .. ':' .. format('%d', op.units) end
-
 -- add holds the op's units as its ticket until min(now + hold, the
--- window's end) and returns the window's start, the hold's stamp.
+-- window's end), unless that is now, and returns the window's start, the
+-- hold's stamp. The units are written with %d: concatenating a number
+-- writes 1e+14.
 local function add(op)
   local lapse = min(now + op.hold, op.c)
-  op.add, op.lapse, op.dirty = holds.member(op), lapse, true
+  if lapse <= now then return op.a end
+  local v, n = op.hs, 0
+  for j = 1, #v, 2 do n = max(n, seq(v[j])) end
+  op.add, op.lapse, op.dirty = op.ticket .. ':' .. format('%d:%d', op.units, n + 1), lapse, true
   op.h, op.last = addc(op.h, op.units), max(op.last, lapse)
   return op.a
 end
 
 -- drop ends the live hold at index j of op.hs.
 local function drop(op, j)
-  local v = op.hs
-  op.del, op.h, op.dirty = j, op.h - units(v[j]), true
-  if j == #v - 1 then -- the last to lapse: the one before it is last now
-    op.last = 0
-    if j - 2 >= op.first then op.last = tonumber(v[j - 1]) end
-  end
+  op.del, op.h, op.dirty = j, op.h - units(op.hs[j]), true
   return true
 end
 
@@ -67,20 +65,16 @@ function holds.take(op, ticket)
   return false
 end
 
--- oldest ends the live hold that lapses first, if there is one.
+-- oldest ends the live hold that lapses first (of those that lapse
+-- together, the first taken), if there is one.
 function holds.oldest(op)
-  if op.first < #op.hs then return drop(op, op.first) end
-  return false
-end
-
--- forget ends the hold member if it is live (a compensation's: a lapsed
--- one counts for nothing, and goes with the others).
-function holds.forget(op, member)
-  local v = op.hs
-  for j = op.first, #v, 2 do
-    if v[j] == member then return drop(op, j) end
+  local v, j = op.hs, op.first
+  if j > #v then return false end
+  for i = j + 2, #v, 2 do
+    if v[i + 1] ~= v[j + 1] then break end
+    if seq(v[i]) < seq(v[j]) then j = i end
   end
-  return false
+  return drop(op, j)
 end
 
 -- retry is the wait (µs) after which n units fit while the window's count
@@ -121,9 +115,10 @@ end
 -- held op checks its units, and takes them as a hold), and reads, writes
 -- and forgets them with its state. A key whose window holds nothing but
 -- holds keeps its state, so that the window (a first-hit one's start)
--- stays the one the holds were taken in.
+-- stays the one the holds were taken in; its quota is whole again at the
+-- window's end.
 local function holding(base)
-  local kind = {keys = 2, holds = true, normalize = base.normalize, missed = base.missed, give = base.give}
+  local kind = {keys = 2, holds = true, window = true, normalize = base.normalize, missed = base.missed, give = base.give}
   function kind.load(op)
     base.load(op)
     holds.load(op)
@@ -144,7 +139,6 @@ local function holding(base)
   -- window that counts nothing, when the last hold lapses.
   function kind.status(op)
     if op.h == 0 then return base.status(op) end
-    if op.b == 0 and base == fixed then return max(0, op.limit - op.h), op.last - now end
     return max(0, op.limit - op.b - op.h), op.c - now
   end
   function kind.expiry(op)
