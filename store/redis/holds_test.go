@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/store"
 )
 
 // deployment is where a reservation test runs: a single node or a Cluster.
@@ -509,5 +510,25 @@ func TestReservationIsOneCall(t *testing.T) {
 	}
 	if calls := srv.CommandCalls(); calls["fcall"] != 2*n {
 		t.Fatalf("commands for %d reservations and settlements: %v, want %d fcall", n, calls, 2*n)
+	}
+}
+
+// TestReservationSentTwiceHoldsOnce applies one reservation twice, as the
+// store does when a call's connection broke after it may have run: the
+// ticket holds once.
+func TestReservationSentTwiceHoldsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	st := serverStore(t, []string{srv.Addr}, false, nil)
+	now := time.Now()
+	budget := store.Params{Algorithm: store.FixedWindow, Limit: 100, Window: time.Hour, Holds: true}
+	for range 2 {
+		b := &store.Batch{Mode: store.Consume, Now: now, Cost: 1, Ticket: 42, Hold: store.Hold{Units: 5, Until: now.Add(time.Minute).UnixMicro()},
+			Ops: []store.Op{{Scope: "twice/budget@1h", Key: "t", Params: budget, Held: true}}}
+		if err := st.Apply(context.Background(), b); err != nil || !b.Allowed || b.Ops[0].Result.Remaining != 95 {
+			t.Fatalf("reservation: %+v %+v, %v", b, b.Ops[0].Result, err)
+		}
+	}
+	if m := srv.MustDo("ZRANGE", "fg:{twice/budget@1h:t}:holds", "0", "-1"); m != "42:5:1" {
+		t.Errorf("holds %q, want one of ticket 42", m)
 	}
 }

@@ -37,15 +37,19 @@ function holds.load(op)
 end
 
 -- add holds the op's units as its ticket until min(now + hold, the
--- window's end), unless that is now, and returns the window's start, the
--- hold's stamp. The units are written with %d: concatenating a number
--- writes 1e+14.
+-- window's end), unless that is now or the ticket holds already (a call
+-- sent again after its connection broke), and returns the window's
+-- start, the hold's stamp. The units are written with %d: concatenating a
+-- number writes 1e+14.
 local function add(op)
   local lapse = min(now + op.hold, op.c)
   if lapse <= now then return op.a end
-  local v, n = op.hs, 0
-  for j = 1, #v, 2 do n = max(n, seq(v[j])) end
-  op.add, op.lapse, op.dirty = op.ticket .. ':' .. format('%d:%d', op.units, n + 1), lapse, true
+  local v, n, prefix = op.hs, 0, op.ticket .. ':'
+  for j = 1, #v, 2 do
+    if j >= op.first and string.sub(v[j], 1, #prefix) == prefix then return op.a end
+    n = max(n, seq(v[j]))
+  end
+  op.add, op.lapse, op.dirty = prefix .. format('%d:%d', op.units, n + 1), lapse, true
   op.h, op.last = addc(op.h, op.units), max(op.last, lapse)
   return op.a
 end
