@@ -29,9 +29,7 @@ type sheet struct {
 	ticket   uint64
 	now      int64 // µs since the Unix epoch, by the limiter's clock
 	admitted bool  // a consume was admitted and charged
-	n        int
-	inline   [store.MaxCallOps]applied
-	more     []applied // all the rules, when there are more than fit inline
+	applied  few[applied]
 }
 
 // applied is one applied rule of a decision: its key, its limits for this
@@ -53,59 +51,83 @@ type holdAsk struct {
 
 // add appends rule r's op for key under limit and burst, and returns it.
 func (sh *sheet) add(r *compiledRule, key string, limit, burst int64) *applied {
-	a := applied{rule: r, key: key, limit: limit, burst: burst}
-	switch {
-	case sh.n < len(sh.inline):
-		sh.inline[sh.n] = a
-	case sh.more == nil:
-		sh.more = make([]applied, len(sh.inline), 2*len(sh.inline))
-		copy(sh.more, sh.inline[:])
-		sh.more = append(sh.more, a)
-	default:
-		sh.more = append(sh.more, a)
-	}
-	sh.n++
-	return &sh.rules()[sh.n-1]
+	a := sh.applied.next()
+	a.rule, a.key, a.limit, a.burst = r, key, limit, burst
+	return a
 }
 
 // rules are the applied rules.
-func (sh *sheet) rules() []applied {
-	if sh.more != nil {
-		return sh.more
-	}
-	return sh.inline[:sh.n]
-}
+func (sh *sheet) rules() []applied { return sh.applied.all() }
 
 // decide makes one decision of mode and cost for a request with attrs
 // or, from AllowKey, for key, the key of every rule keyed on one attribute
 // (the attributes and the key are apart: a struct holding both would make
 // the compiler think the attributes escape wherever the key does); a
-// reservation (Reserve) when h holds units. o, when not nil, receives it
+// reservation (Reserve) when h is not nil. o, when not nil, receives it
 // in full.
-func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, h holdAsk, attrs Attributes, key string, o *Outcome) Decision {
+func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, h *holdAsk, o *Outcome) Decision {
+	if l.one != nil && h == nil {
+		return l.decideOne(ctx, mode, cost, attrs, key, o)
+	}
+	return l.decideRules(ctx, mode, cost, attrs, key, h, o)
+}
+
+// decideRules is decide on the limiter's rules, any number of them.
+func (l *Limiter) decideRules(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, h *holdAsk, o *Outcome) (d Decision) {
 	now := l.clock.Now()
 	sh := sheet{mode: mode, cost: cost, now: now.UnixMicro()}
-	if h.units > 0 {
+	if h != nil {
 		sh.hold = store.Hold{Units: h.units, Until: sh.now + h.time.Microseconds()}
 	}
 	err := l.bind(ctx, attrs, key, &sh)
-	if err == nil && sh.n > 0 {
+	if err == nil && sh.applied.n > 0 {
 		if mode != ModePeek && (o != nil || l.leases) {
 			sh.ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 		}
 		err = l.exec(ctx, &sh)
 	}
-	var d Decision
 	switch {
 	case err != nil:
 		d = l.failed(ctx, &sh, err)
-	case sh.n == 0:
+	case sh.applied.n == 0:
 		d.Allowed = true // no rule applies to this request
+	case sh.applied.n == 1:
+		a := &sh.applied.inline[0]
+		d = ruleVerdict(a.rule, mode, sh.admitted, &a.res, a.limit)
 	default:
 		d = verdict(&sh)
 	}
 	if o != nil || l.observer != nil {
 		l.report(ctx, &sh, now, d, err == nil, o)
+	}
+	return d
+}
+
+// decideOne is decide for a limiter of one rule whose limits no request
+// changes, over a store that binds it (Limiter.one): the commonest
+// decision, asked of the store in registers (store.Bound.One), with a
+// sheet only for an Outcome or an Event. A request without the rule's key
+// goes the general way. BenchmarkOneRule shows what it saves.
+func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, o *Outcome) Decision {
+	r := l.one
+	if key == "" || len(r.Key) == 0 {
+		key = r.keyFor(attrs)
+	}
+	if key == "" {
+		return l.decideRules(ctx, mode, cost, attrs, "", nil, o)
+	}
+	now := l.clock.Now()
+	var ticket uint64
+	if mode != ModePeek && (o != nil || l.leases) {
+		ticket = rand.Uint64() | 1 // the lease id, and the ticket's
+	}
+	res, stamp, admitted := l.bound.One(mode, now.UnixMicro(), cost, ticket, key, 0, 0)
+	d := ruleVerdict(r, mode, admitted, &res, r.params.Limit)
+	if o != nil || l.observer != nil {
+		sh := sheet{mode: mode, cost: cost, ticket: ticket, now: now.UnixMicro(), admitted: admitted}
+		a := sh.add(r, key, r.params.Limit, r.params.Burst)
+		a.res, a.stamp = res, stamp
+		l.report(ctx, &sh, now, d, true, o)
 	}
 	return d
 }
@@ -144,17 +166,10 @@ func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *
 // value when the store binds (the memory store), and its decision fits in
 // a store.Call; else as a Batch.
 func (l *Limiter) exec(ctx context.Context, sh *sheet) error {
-	if l.bound == nil || sh.n > store.MaxCallOps {
+	if l.bound == nil || sh.applied.n > store.MaxCallOps {
 		return l.send(ctx, sh)
 	}
-	now := sh.now
-	if len(l.rules) == 1 && sh.mode <= ModeRecord && sh.hold.Units == 0 {
-		a := &sh.inline[0]
-		limit, burst := a.overrides()
-		a.res, a.stamp, sh.admitted = l.bound.One(sh.mode, now, sh.cost, sh.ticket, a.key, limit, burst)
-		return nil
-	}
-	c := store.Call{Mode: sh.mode, Now: now, Cost: sh.cost, Ticket: sh.ticket, N: sh.n, Hold: sh.hold}
+	c := store.Call{Mode: sh.mode, Now: sh.now, Cost: sh.cost, Ticket: sh.ticket, N: sh.applied.n, Hold: sh.hold}
 	rs := sh.rules()
 	for i := range rs {
 		a := &rs[i]
@@ -203,12 +218,10 @@ func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 	return nil
 }
 
-// verdict reads the decision off the store's answers in sh.
+// verdict reads the decision off the store's answers in sh, of several
+// rules: the binding rule is chosen among them.
 func verdict(sh *sheet) Decision {
 	rs := sh.rules()
-	if len(rs) == 1 {
-		return ruleVerdict(rs[0].rule, sh.mode, sh.admitted, &rs[0].res, rs[0].limit)
-	}
 	var d Decision
 	d.Allowed = true
 	for i := range rs {
@@ -273,9 +286,9 @@ func verdict(sh *sheet) Decision {
 	return d
 }
 
-// ruleVerdict is verdict for a decision of mode on one rule r, whose answer
-// is res under limit (admitted: a consume was admitted and charged), with
-// none of the choices among rules.
+// ruleVerdict is the decision of mode on one rule r, whose answer is res
+// under limit (admitted: a consume was admitted and charged): verdict with
+// none of its choices among rules.
 func ruleVerdict(r *compiledRule, mode Mode, admitted bool, res *store.Result, limit int64) Decision {
 	d := Decision{
 		Allowed: res.Allowed || r.shadow, ShadowDenied: !res.Allowed && r.shadow,
@@ -308,8 +321,8 @@ func (l *Limiter) failed(ctx context.Context, sh *sheet, err error) Decision {
 			d.RetryAfter = max(re.RetryIn, time.Second)
 		}
 	}
-	if sh.n > 0 {
-		d.Rule, d.Limit = sh.inline[0].rule.Name, sh.inline[0].limit
+	if sh.applied.n > 0 {
+		d.Rule, d.Limit = sh.applied.inline[0].rule.Name, sh.applied.inline[0].limit
 	}
 	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, sh.now)
 	return d

@@ -44,7 +44,7 @@ func (l *Limiter) GiveBack(ctx context.Context, attrs Attributes, n int64) error
 			sh.add(r, key, p.Limit, p.Burst).stamp = stamp
 		}
 	}
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	if err := l.exec(ctx, &sh); err != nil {

@@ -80,8 +80,11 @@ type Limiter struct {
 	leases     bool // a rule is Concurrency: consumes need a lease id
 	reservable bool // a rule is Reservable
 	// bound decides on the rules by value when the store binds them
-	// (store.Binder); nil for other stores, which are sent Batches.
+	// (store.Binder); nil for other stores, which are sent Batches. one
+	// is the limiter's rule when it has one whose limits no request
+	// changes, bound: its decisions take decideOne.
 	bound store.Bound
+	one   *compiledRule
 	// keyAttr is the one attribute every keyed rule keys on ("" when no
 	// rule has a key); byKey says there is at most one, so that AllowKey
 	// can decide; dynamic says a rule has overrides or a LimitFunc, which
@@ -170,6 +173,9 @@ func New(name string, st store.Store, rules []Rule, opts *Options) (*Limiter, er
 	l.keyAttr, l.byKey = keyAttr(l.rules)
 	if b, ok := st.(store.Binder); ok {
 		l.bound = b.Bind(l.boundRules())
+		if len(l.rules) == 1 && !l.dynamic {
+			l.one = l.rules[0]
+		}
 	}
 	if err := l.hold(opts.Replaces); err != nil {
 		return nil, err
@@ -218,7 +224,10 @@ func (l *Limiter) Shadow() bool { return l.shadow }
 
 // Allow asks for one unit: shorthand for AllowN(ctx, attrs, 1).
 func (l *Limiter) Allow(ctx context.Context, attrs Attributes) Decision {
-	return l.decide(ctx, ModeConsume, 1, holdAsk{}, attrs, "", nil)
+	if l.one != nil {
+		return l.decideOne(ctx, ModeConsume, 1, attrs, "", nil)
+	}
+	return l.decideRules(ctx, ModeConsume, 1, attrs, "", nil, nil)
 }
 
 // AllowN asks for n units. Every applicable rule must admit n for the
@@ -248,7 +257,7 @@ func (l *Limiter) decideN(ctx context.Context, mode Mode, attrs Attributes, n in
 	if err != nil {
 		return Decision{}, err
 	}
-	return l.decide(ctx, mode, n, holdAsk{}, attrs, "", nil), nil
+	return l.decide(ctx, mode, n, attrs, "", nil, nil), nil
 }
 
 // AllowKey asks for one unit for key: the call for a limiter whose rules
@@ -261,10 +270,12 @@ func (l *Limiter) AllowKey(ctx context.Context, key string) Decision {
 	switch {
 	case !l.byKey:
 		return Decision{Reason: ReasonInvalid, Err: ErrNotOneKey}
+	case l.one != nil:
+		return l.decideOne(ctx, ModeConsume, 1, nil, single(key), nil)
 	case l.dynamic: // overrides and limit functions read the attributes
-		return l.decide(ctx, ModeConsume, 1, holdAsk{}, Attributes{l.keyAttr: key}, "", nil)
+		return l.decide(ctx, ModeConsume, 1, Attributes{l.keyAttr: key}, "", nil, nil)
 	}
-	return l.decide(ctx, ModeConsume, 1, holdAsk{}, nil, single(key), nil)
+	return l.decide(ctx, ModeConsume, 1, nil, single(key), nil, nil)
 }
 
 // keyAttr returns the one attribute name the keyed rules key on ("" when
@@ -291,7 +302,7 @@ func (l *Limiter) Decide(ctx context.Context, mode Mode, attrs Attributes, n int
 		return Outcome{}, err
 	}
 	var o Outcome
-	l.decide(ctx, mode, n, holdAsk{}, attrs, "", &o)
+	l.decide(ctx, mode, n, attrs, "", nil, &o)
 	return o, nil
 }
 
@@ -336,7 +347,7 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 		p := r.refundParams(e)
 		sh.add(r, e.Key, p.Limit, p.Burst).stamp = e.Stamp
 	}
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	if err := l.exec(ctx, &sh); err != nil {
@@ -354,7 +365,7 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 			sh.add(r, key, r.params.Limit, r.params.Burst)
 		}
 	}
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	return l.exec(ctx, &sh)
@@ -363,7 +374,7 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 // ruleDecisions is what each rule of sh decided, given the decision d.
 // When the store did not answer, each rule carries the decision's verdict.
 func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return nil
 	}
 	rs := sh.rules()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
-
-	"github.com/floodgate-go/floodgate/store"
 )
 
 // Observer is told of decisions (consume, peek and record; see
@@ -27,9 +25,7 @@ type Event struct {
 	// for an admitted decision drawn into the sample, else 1.
 	Weight int64
 
-	n      int
-	inline [store.MaxCallOps]RuleEvent
-	more   []RuleEvent // all the rules, when there are more than fit inline
+	rules few[RuleEvent]
 }
 
 // RuleEvent is one applied rule's part in a decision.
@@ -47,27 +43,13 @@ type RuleEvent struct {
 }
 
 // Rules are the applied rules' parts in the decision, in rule order.
-func (e *Event) Rules() []RuleEvent {
-	if e.more != nil {
-		return e.more
-	}
-	return e.inline[:e.n]
-}
+func (e *Event) Rules() []RuleEvent { return e.rules.all() }
 
 // AddRule adds a rule's part to the event, after those it holds: for code
 // that tells an Observer of decisions made elsewhere.
 func (e *Event) AddRule(r RuleEvent) {
-	switch {
-	case e.n < len(e.inline):
-		e.inline[e.n] = r
-	case e.more == nil:
-		e.more = make([]RuleEvent, len(e.inline), 2*len(e.inline))
-		copy(e.more, e.inline[:])
-		e.more = append(e.more, r)
-	default:
-		e.more = append(e.more, r)
-	}
-	e.n++
+	p := e.rules.next()
+	p.Rule, p.Key, p.Denied, p.Shadow, p.Failed = r.Rule, r.Key, r.Denied, r.Shadow, r.Failed
 }
 
 // maxObserveSample is the largest Options.ObserveSample.

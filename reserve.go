@@ -36,7 +36,7 @@ func (l *Limiter) Reserve(ctx context.Context, attrs Attributes, units int64, ho
 		return Outcome{}, sprintfErr("floodgate: limiter %q: hold %v must be at least 1ms", l.name, hold)
 	}
 	var o Outcome
-	l.decide(ctx, ModeConsume, 1, holdAsk{units, hold}, attrs, "", &o)
+	l.decide(ctx, ModeConsume, 1, attrs, "", &holdAsk{units, hold}, &o)
 	return o, nil
 }
 
@@ -132,7 +132,7 @@ func (l *Limiter) SettleOldest(ctx context.Context, attrs Attributes, used int64
 
 // settle has the store settle sh and says what it found.
 func (l *Limiter) settle(ctx context.Context, sh *sheet) (Settlement, error) {
-	if sh.n == 0 {
+	if sh.applied.n == 0 {
 		return Settled, nil
 	}
 	if err := l.exec(ctx, sh); err != nil {

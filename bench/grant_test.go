@@ -136,8 +136,8 @@ func floodgateSide(t *testing.T, d time.Duration) sideResult {
 		defer rs.Close()
 		g := grant.New(rs, nil)
 		defer g.Close()
-		w := &windowCount{Store: g, local: g, mu: &mu, perWindow: perWindow}
-		lims[i], err = floodgate.New("hot", w, []floodgate.Rule{rule}, &floodgate.Options{Timeout: 5 * time.Second})
+		w := &windowCount{Store: g, mu: &mu, perWindow: perWindow}
+		lims[i], err = floodgate.New("hot", w, []floodgate.Rule{rule}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,6 @@ func (r sideResult) perSecond(n int64) sideResult {
 // start they were charged to (µs).
 type windowCount struct {
 	store.Store
-	local     store.Local
 	mu        *sync.Mutex
 	perWindow map[int64]int64
 }
@@ -172,14 +171,6 @@ func (w *windowCount) Apply(ctx context.Context, b *store.Batch) error {
 		w.count(b)
 	}
 	return err
-}
-
-func (w *windowCount) ApplyLocal(b *store.Batch) bool {
-	if !w.local.ApplyLocal(b) {
-		return false
-	}
-	w.count(b)
-	return true
 }
 
 func (w *windowCount) count(b *store.Batch) {

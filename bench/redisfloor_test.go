@@ -165,7 +165,7 @@ func floodgateContender(b *testing.B, srv *redistest.Server, name string, rules 
 	}
 	// A deadline no run reaches: a timed-out decision would be a store
 	// error, not a measurement.
-	lim, err := floodgate.New(name, store, rules, &floodgate.Options{Timeout: 5 * time.Second})
+	lim, err := floodgate.New(name, store, rules, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -29,6 +29,9 @@ func TestInvalid(t *testing.T) {
 		{"bad_algorithm.yaml", []string{
 			"bad_algorithm.yaml:6:20: limiters[0].rules[0].algorithm: unknown algorithm \"leaky_bucket\" (want one of fixed_window, sliding_window, token_bucket, gcra, concurrency)",
 		}},
+		{"reservable.yaml", []string{
+			"reservable.yaml:5:98: limiters[0].rules[1].reservable: applies to fixed_window only, not token_bucket",
+		}},
 		{"bad_duration.yaml", []string{
 			"bad_duration.yaml:7:17: limiters[0].rules[0].window: must be a duration with a unit, such as 500ms, 1s, 15m or 24h, got \"10\"",
 		}},

@@ -166,6 +166,8 @@ func neutralize(r *floodgate.Rule, field string) bool {
 		r.Burst = 0
 	case field == "grant":
 		r.Grant = false
+	case field == "reservable":
+		r.Reservable = false
 	case field == "align":
 		r.Align, r.Location = floodgate.AlignFirstHit, nil
 	case field == "location":
@@ -182,7 +184,7 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 	var r floodgate.Rule
 	var src ruleSource
 	f := d.mapping(n, path, "name", "key", "algorithm", "limit", "window", "burst", "buckets",
-		"align", "time_zone", "shadow", "grant", "overrides", "tier_attribute", "tiers")
+		"align", "time_zone", "shadow", "grant", "reservable", "overrides", "tier_attribute", "tiers")
 	if f == nil {
 		return r, src
 	}
@@ -241,6 +243,9 @@ func (d *decoder) rule(n *yaml.Node, path, tierAttr string) (floodgate.Rule, rul
 	}
 	if v := f["grant"]; v != nil {
 		r.Grant, _ = d.boolean(v, path+".grant")
+	}
+	if v := f["reservable"]; v != nil {
+		r.Reservable, _ = d.boolean(v, path+".reservable")
 	}
 	if v := f["overrides"]; v != nil {
 		for i, item := range d.sequence(v, path+".overrides") {

@@ -51,7 +51,7 @@ type Attempt struct {
 // Admitted reports whether the attempt was admitted (and so counted).
 func (a *Attempt) Admitted() bool { return a.Decision.Allowed }
 
-// Ticket returns what settling (Settle) or refunding the attempt's
+// Ticket returns what recording the usage (RecordUsage) or refunding the attempt's
 // admission needs: the zero Ticket when it was not admitted or charged
 // nothing.
 func (a *Attempt) Ticket() floodgate.Ticket { return a.ticket }

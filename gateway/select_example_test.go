@@ -99,9 +99,9 @@ func ExampleSelector() {
 }
 
 // Tokens are known only after the response. Choosing the route charged one
-// unit to its token cap; Settle records the rest of the weighted cost into
+// unit to its token cap; RecordUsage records the rest of the weighted cost into
 // the token cap alone, so it ends up charged exactly the cost.
-func ExampleSettle() {
+func ExampleRecordUsage() {
 	st := memory.New(nil)
 	defer st.Close()
 	route := exampleRoute(st, floodgate.NewManualClock(exampleStart), "primary", 60, 100)
@@ -121,7 +121,7 @@ func ExampleSettle() {
 	if err != nil {
 		panic(err)
 	}
-	d, _ := gateway.Settle(ctx, tokens, sel.Ticket(), route.Attrs, cost)
+	d, _ := gateway.RecordUsage(ctx, tokens, sel.Ticket(), route.Attrs, cost)
 	fmt.Printf("cost %d; tokens left %d\n", cost, d.Remaining)
 	p, _ := requests.Peek(ctx, route.Attrs, 1)
 	fmt.Printf("requests left %d\n", p.Remaining)

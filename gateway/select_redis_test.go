@@ -75,7 +75,7 @@ func TestSelectRedisCommands(t *testing.T) {
 			}
 			tokens, _ := routes[2].Limiter.Only("tpm")
 			before = scripts()
-			gateway.Settle(g.ctx, tokens, sel.Ticket(), routes[2].Attrs, 11)
+			gateway.RecordUsage(g.ctx, tokens, sel.Ticket(), routes[2].Attrs, 11)
 			if got := scripts() - before; got != 1 {
 				t.Errorf("settling ran %d scripts, want 1", got)
 			}

@@ -119,7 +119,7 @@ func runGateway(t *testing.T, newStore newStoreFunc) {
 	t.Run("SelectStoreFailure", func(t *testing.T) { testSelectStoreFailure(t, newStore) })
 	t.Run("WeightedTokens", func(t *testing.T) { testWeightedTokens(t, newStore) })
 	t.Run("CacheHit", func(t *testing.T) { testCacheHit(t, newStore) })
-	t.Run("SettleBelowDeposit", func(t *testing.T) { testSettleBelowDeposit(t, newStore) })
+	t.Run("RecordUsageBelowDeposit", func(t *testing.T) { testRecordUsageBelowDeposit(t, newStore) })
 	t.Run("BudgetCheckNeverCounts", func(t *testing.T) { testBudgetCheck(t, newStore) })
 	t.Run("CalendarBudgets", func(t *testing.T) { testCalendarBudgets(t, newStore) })
 	t.Run("RollingBudget", func(t *testing.T) { testRollingBudget(t, newStore) })
@@ -374,9 +374,9 @@ func BenchmarkSelect(b *testing.B) {
 	}
 }
 
-// BenchmarkSettle measures settling a weighted token cost into a route's
+// BenchmarkRecordUsage measures recording a weighted token cost into a route's
 // token rule on the memory store.
-func BenchmarkSettle(b *testing.B) {
+func BenchmarkRecordUsage(b *testing.B) {
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	defer s.Close()
 	g := &gw{t: &testing.T{}, st: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
@@ -388,6 +388,6 @@ func BenchmarkSettle(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		cost, _ := weights.Cost(usage)
-		gateway.Settle(g.ctx, tokens, ticket, r.Attrs, cost)
+		gateway.RecordUsage(g.ctx, tokens, ticket, r.Attrs, cost)
 	}
 }

@@ -340,7 +340,7 @@ func (s *Server) handleRecord(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	// Recorded usage outlives the request: a client that hangs up must not
 	// leave it unrecorded.
-	o, err := gateway.Settle(context.WithoutCancel(r.Context()), l, t, floodgate.Attributes(req.Attributes), cost)
+	o, err := gateway.RecordUsage(context.WithoutCancel(r.Context()), l, t, floodgate.Attributes(req.Attributes), cost)
 	if err != nil {
 		return badRequest(err.Error())
 	}

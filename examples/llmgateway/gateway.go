@@ -202,9 +202,9 @@ func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusBadGateway, "Bad upstream answer", err.Error(), 0)
 		return
 	}
-	td, _ := gateway.Settle(ctx, g.keyTokens, kt, keyAttrs, cost)
+	td, _ := gateway.RecordUsage(ctx, g.keyTokens, kt, keyAttrs, cost)
 	if served != nil {
-		gateway.Settle(ctx, served.tokens, sel.Ticket(), served.cand.Attrs, cost)
+		gateway.RecordUsage(ctx, served.tokens, sel.Ticket(), served.cand.Attrs, cost)
 	}
 	bd, _ := g.budget.Record(ctx, keyAttrs, cost)
 	out.Text, out.Usage, out.Cost = resp.Text, resp.Usage, cost

@@ -48,11 +48,11 @@ func testWeightedTokens(t *testing.T, newStore newStoreFunc) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := gateway.Settle(g.ctx, keyTokens, kt, alice, cost)
+		d, err := gateway.RecordUsage(g.ctx, keyTokens, kt, alice, cost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := gateway.Settle(g.ctx, routeTokens, sel.Ticket(), route.Attrs, cost); err != nil {
+		if _, err := gateway.RecordUsage(g.ctx, routeTokens, sel.Ticket(), route.Attrs, cost); err != nil {
 			t.Fatal(err)
 		}
 		return d.Decision
@@ -101,14 +101,14 @@ func testCacheHit(t *testing.T, newStore newStoreFunc) {
 	// route is selected, so no route counter moves.
 	_, kt := g.admit(keys, bob)
 	cost, _ := tokenWeights.Cost(gateway.Usage{"input": 2, "output": 3})
-	if _, err := gateway.Settle(g.ctx, keyTokens, kt, bob, cost); err != nil {
+	if _, err := gateway.RecordUsage(g.ctx, keyTokens, kt, bob, cost); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, bob, map[string]int64{"key-rpm": 99, "key-tpm": 39})
 	g.wantLeft(route.Limiter, route.Attrs, map[string]int64{"rpm": 10, "tpm": 1000})
 }
 
-func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
+func testRecordUsageBelowDeposit(t *testing.T, newStore newStoreFunc) {
 	g := newGW(t, newStore, gwStart)
 	keys, keyTokens := g.keyLimiter(100, 50)
 	carol := floodgate.Attributes{"key": "carol"}
@@ -116,13 +116,13 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 	// An admission that used no tokens (the upstream failed): the unit the
 	// admission charged to key-tpm goes back; key-rpm keeps its count.
 	_, kt := g.admit(keys, carol)
-	if _, err := gateway.Settle(g.ctx, keyTokens, kt, carol, 0); err != nil {
+	if _, err := gateway.RecordUsage(g.ctx, keyTokens, kt, carol, 0); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 99, "key-tpm": 50})
 
-	// Without an admission ticket, Settle records the whole cost.
-	if _, err := gateway.Settle(g.ctx, keyTokens, floodgate.Ticket{}, carol, 7); err != nil {
+	// Without an admission ticket, RecordUsage records the whole cost.
+	if _, err := gateway.RecordUsage(g.ctx, keyTokens, floodgate.Ticket{}, carol, 7); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 99, "key-tpm": 43})
@@ -130,7 +130,7 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 	// A decision of another limiter charged none of these rules.
 	other := g.route("x", 10, 10)
 	sel := gateway.Select(g.ctx, []gateway.Candidate{other})
-	if _, err := gateway.Settle(g.ctx, keyTokens, sel.Ticket(), carol, 3); err != nil {
+	if _, err := gateway.RecordUsage(g.ctx, keyTokens, sel.Ticket(), carol, 3); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-tpm": 40})
@@ -142,22 +142,22 @@ func testSettleBelowDeposit(t *testing.T, newStore newStoreFunc) {
 	if err := decoded.UnmarshalBinary(b); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gateway.Settle(g.ctx, keyTokens, decoded, carol, 5); err != nil {
+	if _, err := gateway.RecordUsage(g.ctx, keyTokens, decoded, carol, 5); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(keys, carol, map[string]int64{"key-rpm": 98, "key-tpm": 35})
 
-	if _, err := gateway.Settle(g.ctx, keyTokens, kt, carol, -1); err == nil {
+	if _, err := gateway.RecordUsage(g.ctx, keyTokens, kt, carol, -1); err == nil {
 		t.Error("a negative settled cost was accepted")
 	}
-	if _, err := gateway.Settle(g.ctx, nil, kt, carol, 5); err == nil {
-		t.Error("Settle without a limiter succeeded")
+	if _, err := gateway.RecordUsage(g.ctx, nil, kt, carol, 5); err == nil {
+		t.Error("RecordUsage without a limiter succeeded")
 	}
 }
 
 // An admission decided by a failed store under FailOpen charged nothing, so
-// Settle records the whole cost.
-func TestSettleAfterFailOpen(t *testing.T) {
+// RecordUsage records the whole cost.
+func TestRecordUsageAfterFailOpen(t *testing.T) {
 	g := newGW(t, memoryStore, gwStart)
 	down := store.Store(downStore{})
 	l, err := floodgate.New("keys", down, []floodgate.Rule{perMinute("key-rpm", 10, "key"), perMinute("key-tpm", 50, "key")},
@@ -172,7 +172,7 @@ func TestSettleAfterFailOpen(t *testing.T) {
 	// The same rules over a working store: the whole cost lands.
 	healthy := g.limiter("keys", floodgate.FailOpen, perMinute("key-rpm", 10, "key"), perMinute("key-tpm", 50, "key"))
 	tokens, _ := healthy.Only("key-tpm")
-	if _, err := gateway.Settle(g.ctx, tokens, kt, floodgate.Attributes{"key": "dave"}, 11); err != nil {
+	if _, err := gateway.RecordUsage(g.ctx, tokens, kt, floodgate.Attributes{"key": "dave"}, 11); err != nil {
 		t.Fatal(err)
 	}
 	g.wantLeft(healthy, floodgate.Attributes{"key": "dave"}, map[string]int64{"key-rpm": 10, "key-tpm": 39})
