@@ -64,7 +64,7 @@ func TestReservableLimit(t *testing.T) {
 
 	h.check(h.ask("ai", 0, ann(0)), ok, budget(ok, 6000))
 	h.check(h.ask("ai", 0, ann(0)), ok, budget(ok, 2000))
-	h.check(h.ask("ai", 0, ann(0)), over, budget(over, 0))    // 4,000 do not fit beside the 8,000 held
+	h.check(h.ask("ai", 0, ann(0)), over, budget(over, 0))   // 4,000 do not fit beside the 8,000 held
 	h.check(h.ask("ai", 0, ann(1000)), ok, budget(ok, 5000)) // the oldest hold becomes 1,000 used
 	h.check(h.ask("ai", 0, ann(0)), ok, budget(ok, 1000))
 	h.check(h.ask("ai", 0, ann(3500)), ok, budget(ok, 1500))

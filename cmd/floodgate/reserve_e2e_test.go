@@ -305,7 +305,7 @@ func TestEnvoyReservedBudget(t *testing.T) {
 		}
 		var (
 			admitted, charged, answers, cut, refused atomic.Int64
-			wg                             sync.WaitGroup
+			wg                                       sync.WaitGroup
 		)
 		deadline := time.Now().Add(3 * time.Second)
 		for w := range reservedStreams {
