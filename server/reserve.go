@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/gateway"
 )
 
 // Reservations over the HTTP API: POST /v1/check with "reserve" holds
@@ -96,6 +97,9 @@ type settleRequest struct {
 	Ticket string `json:"ticket"`
 	// Used is the units the work used; 0 releases the reservation.
 	Used *int64 `json:"used"`
+	// Usage, instead, counts tokens by class, used at their weighted
+	// cost (token_classes).
+	Usage map[string]int64 `json:"usage"`
 }
 
 // SettleResponse is the answer of POST /v1/settle. Its shape is a contract
@@ -119,8 +123,20 @@ func (s *Server) handleSettle(w http.ResponseWriter, r *http.Request) *httpError
 	switch {
 	case req.Ticket == "":
 		return badRequest("ticket: must be set")
+	case req.Used != nil && req.Usage != nil:
+		return badRequest("used and usage: set one, not both")
+	case req.Usage != nil:
+		weights := s.limiters.Load().gateway.weights
+		if len(weights) == 0 {
+			return badRequest("usage: no token_classes are configured; settle with used instead")
+		}
+		c, err := weights.Cost(gateway.Usage(req.Usage))
+		if err != nil {
+			return badRequest("usage: " + trimPrefix(err))
+		}
+		req.Used = &c
 	case req.Used == nil:
-		return badRequest("used: must be set: the units the work used (0 releases the reservation)")
+		return badRequest("used: must be set: the units the work used (0 releases the reservation), or usage by token class")
 	case *req.Used < 0:
 		return badRequest(fmt.Sprintf("used: must not be negative, got %d", *req.Used))
 	}

@@ -201,6 +201,8 @@ func TestReserveBadInput(t *testing.T) {
 		{"/v1/settle", `{"ticket":"` + forged + `","used":1}`, 400, "invalid-ticket", "ticket: the ticket is malformed, was not issued by this service, or was altered"},
 		{"/v1/settle", `{"ticket":"` + check.Ticket + `","used":1}`, 400, "invalid-ticket", "ticket: not a reservation's; refund it with POST /v1/refund"},
 		{"/v1/settle", `{"ticket":"` + reserved.Ticket + `","used":1,"cost":1}`, 400, "invalid-request", `unknown field "cost"`},
+		{"/v1/settle", `{"ticket":"` + reserved.Ticket + `","used":1,"usage":{"input":1}}`, 400, "invalid-request", "used and usage: set one"},
+		{"/v1/settle", `{"ticket":"` + reserved.Ticket + `","usage":{"input":1}}`, 400, "invalid-request", "usage: no token_classes are configured"},
 	} {
 		code, _, b := ts.do("POST", tt.path, tt.body)
 		var p problem
@@ -217,6 +219,25 @@ func TestReserveBadInput(t *testing.T) {
 	}
 	if got := ts.settle(reserved.Ticket, 4); got != "settled" {
 		t.Errorf("the reservation, after the bad requests: %q, want settled", got)
+	}
+}
+
+// A settlement may count tokens by class, at their weighted cost, as a
+// record does.
+func TestSettleUsage(t *testing.T) {
+	ts := newTestServer(t, "token_classes: {input: 1, output: 3}\n"+budgetConfig, nil, nil)
+	d := ts.decide("/v1/check", reserveBody("acme", 8000, "10m"))
+	code, _, b := ts.do("POST", "/v1/settle", `{"ticket":"`+d.Ticket+`","usage":{"input":1200,"output":800}}`)
+	if code != 200 || !strings.Contains(string(b), `"settled"`) {
+		t.Fatalf("settle with usage: %d %s", code, b)
+	}
+	if got := ts.tokensLeft("acme"); got != 100_000-3600 {
+		t.Errorf("%d left, want 96400: 1,200 input and 800 output tokens cost 3,600", got)
+	}
+	d = ts.decide("/v1/check", reserveBody("acme", 8000, "10m"))
+	code, _, b = ts.do("POST", "/v1/settle", `{"ticket":"`+d.Ticket+`","usage":{"images":2}}`)
+	if code != 400 || !strings.Contains(string(b), `usage: `) {
+		t.Errorf("settle with an unknown token class: %d %s", code, b)
 	}
 }
 
