@@ -155,8 +155,11 @@ local function settle(b)
         if b.ticket == '0' then found = holds.oldest(op) else found = holds.take(op, b.ticket) end
       end
       op.kind.normalize(op) -- cannot miss; opens a window only in memory
-      if b.cost > 0 and (b.ticket == '0' or current) then op.kind.take(op, b.cost) end
-      if found or op.dirty and op.b > 0 then persist(op) end
+      -- A charge writes even when nothing was used: a window left counting
+      -- and holding nothing is then forgotten.
+      local charge = b.ticket == '0' or current
+      if charge then op.kind.take(op, b.cost) end
+      if found or charge then persist(op) end
       local _
       op.ok, op.rem, op.reset = found, op.kind.status(op)
       _, _, op.retry = op.kind.check(op, 1)
