@@ -35,7 +35,10 @@ var ErrUnknownDomain = errors.New("envoy: unknown domain")
 // refunds. A descriptor that matches no limit, or an unlimited one, is
 // admitted by no rule; a limit of 0 requests per unit refuses for good
 // (Never), and a refused request is charged to a fixed-window limit as
-// ShouldRateLimit charges it.
+// ShouldRateLimit charges it. On a reservable limit, a consume of cost 0
+// reserves (the ticket then settles the reservation), and one of cost n
+// settles the oldest hold with n units used, answering a peek at one unit
+// afterwards.
 func (s *Service) Decide(ctx context.Context, domain string, mode floodgate.Mode, attrs floodgate.Attributes, cost int64) (floodgate.Outcome, error) {
 	st := s.cur.Load()
 	d := st.cfg.domains[domain]
@@ -55,6 +58,15 @@ func (s *Service) Decide(ctx context.Context, domain string, mode floodgate.Mode
 		return st.zeroOutcome(lf, key), nil
 	}
 	g := &group{l: st.limiters[domain], cost: cost, attrs: floodgate.Attributes{lf.rule: key}, leaves: []*leaf{lf}}
+	if mode == floodgate.ModeConsume && lf.reserve > 0 {
+		if cost > 0 {
+			return st.settleOldest(ctx, g.l, lf, key, cost), nil
+		}
+		g.reserve, g.hold = reservation(lf, cost)
+		g.decide(ctx, mode, true)
+		st.reserved(g)
+		return g.out, nil
+	}
 	if g.out, err = g.l.Decide(ctx, mode, g.attrs, cost); err != nil {
 		return floodgate.Outcome{}, err
 	}

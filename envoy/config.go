@@ -249,6 +249,11 @@ type leaf struct {
 	burst      int64
 	grant      bool // answered from quota grants (floodgate.Rule.Grant)
 	override   bool // a limit Envoy supplied in the request
+	// reserve, when not 0, makes the limit reservable (its extension's
+	// reserve and hold): a check reserves reserve units for hold, and a
+	// charge settles the oldest live hold (reserve.go).
+	reserve int64
+	hold    time.Duration
 }
 
 // counted says the leaf is one of its domain's floodgate rules: a limit
@@ -361,14 +366,15 @@ func (d *domain) rules() []floodgate.Rule {
 	rules := make([]floodgate.Rule, len(d.leaves))
 	for i, l := range d.leaves {
 		r := floodgate.Rule{
-			Name:      l.rule,
-			Algorithm: l.algorithm,
-			Limit:     int64(l.rpu),
-			Window:    l.window,
-			Burst:     l.burst,
-			Key:       []string{l.rule},
-			Shadow:    l.shadow,
-			Grant:     l.grant,
+			Name:       l.rule,
+			Algorithm:  l.algorithm,
+			Limit:      int64(l.rpu),
+			Window:     l.window,
+			Burst:      l.burst,
+			Key:        []string{l.rule},
+			Shadow:     l.shadow,
+			Grant:      l.grant,
+			Reservable: l.reserve > 0,
 		}
 		if l.algorithm == floodgate.FixedWindow {
 			r.Align = floodgate.AlignClock

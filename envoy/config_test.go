@@ -87,6 +87,13 @@ func TestConfigErrors(t *testing.T) {
 		"window_too_long.yaml":      "testdata/invalid/window_too_long.yaml:5:7: descriptors[0].rate_limit.unit_multiplier: window of 200 year is too long (at most about 100 years)",
 		"engine_rejects.yaml":       "testdata/invalid/engine_rejects.yaml:5:7: descriptors[0].rate_limit.requests_per_unit: limit or burst 4000000000 times window 8760h0m0s exceeds 2^51 microsecond-units; use a shorter window or a smaller limit",
 		"bad_bool.yaml":             `testdata/invalid/bad_bool.yaml:4:18: descriptors[0].shadow_mode: want true or false, got "yes please"`,
+		"reserve_sliding.yaml":      "testdata/invalid/reserve_sliding.yaml:7:55: descriptors[0].rate_limit.floodgate.reserve: applies to fixed_window only, not sliding_window",
+		"reserve_no_hold.yaml":      "testdata/invalid/reserve_no_hold.yaml:7:18: descriptors[0].rate_limit.floodgate.hold: missing: how long a reservation is held unless a charge settles it, such as 10m",
+		"hold_no_reserve.yaml":      "testdata/invalid/hold_no_reserve.yaml:7:25: descriptors[0].rate_limit.floodgate.hold: applies with reserve only: set reserve, the units each check reserves",
+		"reserve_over_limit.yaml":   "testdata/invalid/reserve_over_limit.yaml:7:28: descriptors[0].rate_limit.floodgate.reserve: 8000 is more than requests_per_unit 1000: no check could ever reserve it",
+		"reserve_grant.yaml":        "testdata/invalid/reserve_grant.yaml:7:28: descriptors[0].rate_limit.floodgate.reserve: cannot be combined with grant: a grant cannot see the units held",
+		"bad_hold.yaml":             `testdata/invalid/bad_hold.yaml:7:38: descriptors[0].rate_limit.floodgate.hold: want a duration such as 10m, got "soon"`,
+		"reserve_zero.yaml":         "testdata/invalid/reserve_zero.yaml:7:28: descriptors[0].rate_limit.floodgate.reserve: must be at least 1",
 	} {
 		t.Run(file, func(t *testing.T) {
 			_, err := envoy.LoadFiles(filepath.Join("testdata", "invalid", file))

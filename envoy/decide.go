@@ -65,9 +65,13 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 			st.giveBack(ctx, resp, i, limiters[i], lf, keys[i], c)
 			continue
 		}
+		if lf.reserve > 0 && c > 0 {
+			st.settle(ctx, resp, i, limiters[i], lf, keys[i], c)
+			continue
+		}
 		g := fit(w.groups, limiters[i], c, lf)
 		if g == nil {
-			g = w.group(limiters[i], c)
+			g = w.group(limiters[i], c, lf)
 		}
 		g.attrs[lf.rule] = keys[i]
 		if lf.override {
@@ -84,6 +88,7 @@ func (s *Service) decideDomain(ctx context.Context, st *state, d *domain, req *r
 		for j, i := range g.descs {
 			st.leafStatus(resp, i, g.leaves[j], g)
 		}
+		st.reserved(g)
 	}
 	return nil
 }
@@ -134,9 +139,9 @@ func (w *scratch) grow(n int) {
 	}
 }
 
-// group returns a cleared group for limiter l and cost c, appended to
-// w.groups.
-func (w *scratch) group(l *floodgate.Limiter, c int64) *group {
+// group returns a cleared group for limiter l and cost c, of lf's
+// reservation (reservation), appended to w.groups.
+func (w *scratch) group(l *floodgate.Limiter, c int64, lf *leaf) *group {
 	var g *group
 	if k := len(w.spare); k > 0 {
 		g, w.spare = w.spare[k-1], w.spare[:k-1]
@@ -144,6 +149,7 @@ func (w *scratch) group(l *floodgate.Limiter, c int64) *group {
 		g = &group{attrs: make(floodgate.Attributes, 2)}
 	}
 	g.l, g.cost = l, c
+	g.reserve, g.hold = reservation(lf, c)
 	w.groups = append(w.groups, g)
 	return g
 }
@@ -163,7 +169,7 @@ func (w *scratch) release() {
 	clear(w.limiters[:cap(w.limiters)])
 	clear(w.replaced)
 	for _, g := range w.groups {
-		g.l, g.cost, g.refunded = nil, 0, false
+		g.l, g.cost, g.reserve, g.hold, g.refunded = nil, 0, 0, 0, false
 		clear(g.attrs)
 		clear(g.descs)
 		g.descs = g.descs[:0]
@@ -177,10 +183,12 @@ func (w *scratch) release() {
 	scratches.Put(w)
 }
 
-// fit returns the group of l and cost c that does not yet hold lf, or nil.
+// fit returns the group of l, cost c and lf's reservation that does not
+// yet hold lf, or nil.
 func fit(groups []*group, l *floodgate.Limiter, c int64, lf *leaf) *group {
+	units, hold := reservation(lf, c)
 	for _, g := range groups {
-		if g.l != l || g.cost != c {
+		if g.l != l || g.cost != c || g.reserve != units || g.hold != hold {
 			continue
 		}
 		if _, taken := g.attrs[lf.rule]; !taken {
@@ -206,7 +214,7 @@ func (st *state) leafStatus(resp response, i int, lf *leaf, g *group) {
 		ds.Code = rlsv3.RateLimitResponse_OK
 		rem := rd.remaining
 		if g.refunded {
-			rem = min(rem+g.cost, lf.capacity())
+			rem = min(rem+g.units(), lf.capacity())
 		}
 		ds.LimitRemaining = clamp32(rem)
 		resp.setReset(i, rd.resetAfter)

@@ -14,7 +14,7 @@ import (
 //	domain.key_value.key: unit=MINUTE requests_per_unit=20, shadow_mode: false, quota_mode: false
 //
 // followed, for limits that use floodgate's extension, by the
-// unit_multiplier, algorithm, burst and grant.
+// unit_multiplier, algorithm, burst, grant, reserve and hold.
 func (c *Config) Dump() string {
 	if c == nil {
 		return ""
@@ -55,6 +55,9 @@ func (l *leaf) dumpLine(domain string) string {
 	}
 	if l.grant {
 		s += ", grant: true"
+	}
+	if l.reserve > 0 {
+		s += fmt.Sprintf(", reserve: %d, hold: %v", l.reserve, l.hold)
 	}
 	if l.unlimited {
 		s += ", unlimited: true"

@@ -37,6 +37,8 @@ import (
 //	        algorithm: token_bucket     # fixed_window (default) | sliding_window | token_bucket | gcra
 //	        burst: 20                   # token_bucket and gcra only
 //	        grant: true                 # quota grants (a Redis store; fixed_window and token_bucket)
+//	        reserve: 8000               # fixed_window only: a check (hits_addend 0) reserves this many,
+//	        hold: 10m                   #   held this long; a charge (hits_addend N) settles the oldest hold
 //	    shadow_mode: false
 //	    detailed_metric: false          # accepted; metrics only
 //	    value_to_metric: false          # accepted; metrics only
@@ -414,7 +416,7 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 	if !p.mapping(&n, field) {
 		return
 	}
-	var burstNode, grantNode *yaml.Node
+	var burstNode, grantNode, reserveNode, holdNode *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		f := field + "." + k.Value
@@ -434,8 +436,27 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 			l.burst, burstNode = int64(p.uint(v, f, 32)), v
 		case "grant":
 			l.grant, grantNode = p.boolean(v, f), v
+		case "reserve":
+			before := len(p.errs)
+			l.reserve, reserveNode = int64(p.uint(v, f, 32)), v
+			if l.reserve == 0 && len(p.errs) == before {
+				p.fail(v, f, "must be at least 1")
+			}
+		case "hold":
+			holdNode = v
+			if s := p.str(v, f); s != "" {
+				d, err := time.ParseDuration(s)
+				switch {
+				case err != nil:
+					p.fail(v, f, "want a duration such as 10m, got %q", s)
+				case d < time.Millisecond:
+					p.fail(v, f, "must be at least 1ms, got %v", d)
+				default:
+					l.hold = d
+				}
+			}
 		default:
-			p.unknown(k, field, "algorithm", "burst", "grant")
+			p.unknown(k, field, "algorithm", "burst", "grant", "reserve", "hold")
 		}
 	}
 	if l.unlimited {
@@ -446,5 +467,21 @@ func (p *parser) extension(l *leaf, n *yaml.Node, field string) {
 	}
 	if l.grant && l.algorithm != floodgate.FixedWindow && l.algorithm != floodgate.TokenBucket {
 		p.fail(grantNode, field+".grant", "applies to fixed_window and token_bucket only, not %s", l.algorithm)
+	}
+	switch {
+	case reserveNode == nil && holdNode != nil:
+		p.fail(holdNode, field+".hold", "applies with reserve only: set reserve, the units each check reserves")
+	case reserveNode == nil:
+	case l.algorithm != floodgate.FixedWindow:
+		p.fail(reserveNode, field+".reserve", "applies to fixed_window only, not %s", l.algorithm)
+	case l.grant:
+		p.fail(reserveNode, field+".reserve", "cannot be combined with grant: a grant cannot see the units held")
+	case holdNode == nil:
+		p.fail(n, field+".hold", "missing: how long a reservation is held unless a charge settles it, such as 10m")
+	case l.reserve > int64(l.rpu) && !l.unlimited:
+		p.fail(reserveNode, field+".reserve", "%d is more than requests_per_unit %d: no check could ever reserve it", l.reserve, l.rpu)
+	}
+	if reserveNode == nil {
+		l.reserve, l.hold = 0, 0
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
@@ -39,6 +40,9 @@ type Options struct {
 	// Headers, when set, adds quota headers to every answer that has a
 	// descriptor with a limit; see Headers.
 	Headers *Headers
+	// Reservations, when set, is told of the reservations the domains'
+	// reservable limits make and settle (see Reservations).
+	Reservations Reservations
 }
 
 // Service answers Envoy's ShouldRateLimit calls from a Config, keeping its
@@ -232,7 +236,9 @@ func (s *Service) Register(r grpc.ServiceRegistrar) {
 // cost are decided in one atomic floodgate decision; when a request needs
 // several (several costs, or one limit matched twice), they are taken in
 // turn and an over-limit answer gives back what the earlier ones took, so
-// a request that is over the limit anywhere is charged nowhere.
+// a request that is over the limit anywhere is charged nowhere. A
+// reservable limit (its extension's reserve) reserves at a check and
+// settles at a charge instead; see reserve.go.
 //
 // An empty domain or descriptor list is an InvalidArgument error. A store
 // failure is decided by the limiter's failure policy: OK when it fails
@@ -284,13 +290,17 @@ func cost(req *rlsv3.RateLimitRequest, i int) int64 {
 	return int64(max(1, req.GetHitsAddend()))
 }
 
-// group is one floodgate decision of a request: descriptors of one cost,
-// each limit at most once.
+// group is one floodgate decision of a request: descriptors of one cost
+// (and one reservation), each limit at most once.
 type group struct {
-	l     *floodgate.Limiter
-	cost  int64 // 0 checks only
-	attrs floodgate.Attributes
-	descs []int // request descriptor indexes, parallel to leaves
+	l    *floodgate.Limiter
+	cost int64 // 0 checks only, or reserves
+	// reserve, when not 0, makes the group's check a reservation of
+	// reserve units held for hold (reservable limits; reserve.go).
+	reserve int64
+	hold    time.Duration
+	attrs   floodgate.Attributes
+	descs   []int // request descriptor indexes, parallel to leaves
 	// leaves are the descriptors' limits (Envoy domains); nil entries for
 	// descriptors decided by a floodgate limiter of the Lookup.
 	leaves []*leaf
@@ -307,20 +317,40 @@ type group struct {
 // (Limiter.Decide). Any other group is one limit, or one of floodgate's own
 // limiters, read off the binding rule alone, and takes the lean call that
 // builds neither (one allocation fewer per request).
+//
+// A reservation's group reserves (a consume) or peeks at what it would
+// hold.
 func (g *group) decide(ctx context.Context, mode floodgate.Mode, refundable bool) {
+	if g.reserve > 0 && mode == floodgate.ModeConsume {
+		// The limit is reservable and its reserve and hold valid (the
+		// parser checked them): no error.
+		g.out, _ = g.l.Reserve(ctx, g.attrs, g.reserve, g.hold)
+		return
+	}
 	if refundable || len(g.leaves) > 1 {
 		// The mode is a decision and a peek costs at least 1: no error.
-		g.out, _ = g.l.Decide(ctx, mode, g.attrs, g.cost)
+		g.out, _ = g.l.Decide(ctx, mode, g.attrs, g.units())
 		return
 	}
 	var d floodgate.Decision
 	if mode == floodgate.ModePeek {
-		d, _ = g.l.Peek(ctx, g.attrs, g.cost)
+		d, _ = g.l.Peek(ctx, g.attrs, g.units())
 	} else {
 		d, _ = g.l.AllowN(ctx, g.attrs, g.cost) // cost 0 is a check
 	}
 	g.out = floodgate.Outcome{Decision: d}
 }
+
+// units are what g takes when admitted: its reservation's, or its cost.
+func (g *group) units() int64 {
+	if g.reserve > 0 {
+		return g.reserve
+	}
+	return g.cost
+}
+
+// check reports whether g only checks: cost 0, and no reservation.
+func (g *group) check() bool { return g.cost == 0 && g.reserve == 0 }
 
 // run decides the groups so that a request denied anywhere is charged
 // only where it was refused: checks first, then the charging groups in
@@ -331,17 +361,18 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 	denied := blocked
 	charging := 0
 	for _, g := range groups {
-		if g.cost == 0 {
+		if g.check() {
 			g.decide(ctx, floodgate.ModeConsume, false)
 			denied = denied || !g.out.Allowed
 		} else {
 			charging++
 		}
 	}
-	// A charge is given back only when a later one is denied.
+	// A charge (or a reservation) is given back only when a later one is
+	// denied.
 	refundable := charging > 1
 	for k, g := range groups {
-		if g.cost == 0 {
+		if g.check() {
 			continue
 		}
 		if denied {
@@ -358,11 +389,11 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 		// back what they took.
 		denied = true
 		for _, t := range groups[:k] {
-			if t.cost == 0 {
+			if t.check() {
 				continue
 			}
 			// A refund that fails leaves the limit stricter, and is
-			// logged by the limiter.
+			// logged by the limiter; a reservation's releases it.
 			_ = t.l.Refund(ctx, t.out.Ticket())
 			t.refunded = true
 		}
@@ -380,6 +411,7 @@ func run(ctx context.Context, groups []*group, blocked bool) {
 // have refused, or g is one of floodgate's own limiters (whose refused
 // requests never count).
 func (g *group) chargeRefused(ctx context.Context) {
+	// A check, or a reservation, has nothing to charge.
 	if g.cost == 0 || g.out.Reason == floodgate.ReasonStore || len(g.leaves) == 0 {
 		return
 	}

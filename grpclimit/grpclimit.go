@@ -18,6 +18,10 @@
 // charges, when the handler returns, the usage it reported with AddCost
 // (tokens of an LLM call, rows of a query); a Concurrency rule then holds
 // its lease for the handler, and the usage goes to the other rules.
+// Options.Reserve keeps a budget exactly: each call reserves the most it can
+// use on the limiter's reservable rules when it is admitted, and the
+// reservation is settled with the usage reported with AddCost when the
+// handler returns.
 package grpclimit
 
 import (
@@ -154,6 +158,23 @@ type Options struct {
 	// hold it until the handler returns; the usage is recorded into the
 	// other rules.
 	ChargeAfter bool
+	// Reserve, when set, makes every call a reservation
+	// (floodgate.Limiter.Reserve): it returns the most units the call can
+	// use (an LLM call's max_tokens; less than 1 is taken as 1) from the
+	// call's context, its full method name and, for a unary call, its
+	// request message (nil for a stream, which is limited when it opens).
+	// They are held on the limiter's reservable rules (Rule.Reservable)
+	// for Hold, with one unit of its other rules, all or nothing, so that
+	// concurrent calls never spend more than a budget. When the handler
+	// returns, the reservation is settled with what it reported with
+	// AddCost, failed or not (nothing reported releases it), and its
+	// Concurrency leases are released. A reservation that is never settled
+	// (the process died) lapses after Hold. It cannot be combined with
+	// ChargeAfter or Count.
+	Reserve func(ctx context.Context, fullMethod string, req any) int64
+	// Hold is how long a reservation's units stay held unless settled
+	// first; required with Reserve, and at least 1ms.
+	Hold time.Duration
 }
 
 // costKey is the context key of a ChargeAfter call's usage.
@@ -167,8 +188,8 @@ type usage struct {
 }
 
 // AddCost adds n units to the usage the call is charged for when its
-// handler returns, for interceptors with Options.ChargeAfter set. It
-// reports whether such an interceptor is handling the call. When several
+// handler returns, for interceptors with Options.ChargeAfter or
+// Options.Reserve set (a reservation is settled with them). It reports whether such an interceptor is handling the call. When several
 // are, each is charged.
 func AddCost(ctx context.Context, n int64) bool {
 	u, _ := ctx.Value(costKey{}).(*usage)
@@ -188,7 +209,8 @@ type Interceptor struct {
 	noQuota bool
 	count   Count
 	failed  func(error) bool
-	charge  bool
+	charge  bool // the usage is charged after: ChargeAfter, or Reserve's settlement
+	reserve func(context.Context, string, any) int64
 	leased  bool // a rule's units are leases (Concurrency)
 	pool    sync.Pool
 }
@@ -210,13 +232,21 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 	}
 	in := &Interceptor{
 		limiter: l, quota: quota.New(l), noQuota: opts.OmitQuotaMetadata,
-		count: opts.Count, failed: opts.Failed, charge: opts.ChargeAfter,
+		count: opts.Count, failed: opts.Failed, charge: opts.ChargeAfter || opts.Reserve != nil,
+		reserve: opts.Reserve,
 	}
 	if in.count > CountSuccesses {
 		return nil, fmt.Errorf("grpclimit: limiter %q: unknown Count %d", l.Name(), in.count)
 	}
-	if in.charge && in.count != CountAll {
+	switch {
+	case opts.ChargeAfter && in.count != CountAll:
 		return nil, fmt.Errorf("grpclimit: limiter %q: ChargeAfter charges after the handler; it cannot be combined with Count", l.Name())
+	case in.reserve != nil && opts.Hold == 0:
+		return nil, fmt.Errorf("grpclimit: limiter %q: Reserve needs a Hold: how long a reservation's units stay held unless settled", l.Name())
+	case in.reserve == nil && opts.Hold != 0:
+		return nil, fmt.Errorf("grpclimit: limiter %q: Hold is the hold of reservations, which only Reserve makes", l.Name())
+	case in.reserve != nil && in.count != CountAll:
+		return nil, fmt.Errorf("grpclimit: limiter %q: a reservation is settled with the usage after the handler; it cannot be combined with Count", l.Name())
 	}
 	if in.failed == nil {
 		in.failed = func(err error) bool { return err != nil }
@@ -239,7 +269,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 	}
 	in.leased = slices.ContainsFunc(l.Rules(), func(r floodgate.Rule) bool { return r.Algorithm == floodgate.Concurrency })
 	var err error
-	in.gate, err = admission.New(l, admission.Options{Rules: !in.noQuota, Refunds: in.count != CountAll, ChargeAfter: in.charge})
+	in.gate, err = admission.New(l, admission.Options{Rules: !in.noQuota, Refunds: in.count != CountAll, ChargeAfter: opts.ChargeAfter, Hold: opts.Hold})
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: limiter %q: %w", l.Name(), err)
 	}
@@ -251,7 +281,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 // Unary returns the unary server interceptor, for grpc.ChainUnaryInterceptor.
 func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		hctx, release, err := in.admit(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) },
+		hctx, release, err := in.admit(ctx, info.FullMethod, req, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) },
 			func(md metadata.MD) error { return grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
@@ -269,7 +299,7 @@ func (in *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // grpc.ChainStreamInterceptor. The stream is limited once, when it opens.
 func (in *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		hctx, release, err := in.admit(ss.Context(), info.FullMethod, ss.SetHeader, func(md metadata.MD) error { ss.SetTrailer(md); return nil })
+		hctx, release, err := in.admit(ss.Context(), info.FullMethod, nil, ss.SetHeader, func(md metadata.MD) error { ss.SetTrailer(md); return nil })
 		if err != nil {
 			return err
 		}
@@ -297,17 +327,23 @@ func noop(error) {}
 // errPanicked is what release sees when the handler panicked: a failure.
 var errPanicked = errors.New("grpclimit: handler panicked")
 
-// admit decides the call. It returns the status error of a refused call,
-// or the context for the handler and the function to run with the
-// handler's error when the admitted call ends.
-func (in *Interceptor) admit(ctx context.Context, method string, setHeader, setTrailer func(metadata.MD) error) (context.Context, func(error), error) {
+// admit decides the call, whose request message is req (nil for a
+// stream). It returns the status error of a refused call, or the context
+// for the handler and the function to run with the handler's error when
+// the admitted call ends.
+func (in *Interceptor) admit(ctx context.Context, method string, req any, setHeader, setTrailer func(metadata.MD) error) (context.Context, func(error), error) {
 	attrs := in.pool.Get().(floodgate.Attributes)
 	for _, k := range in.attrs {
 		if v := k.f(ctx, method); v != "" {
 			attrs[k.name] = v
 		}
 	}
-	a := in.gate.Admit(ctx, attrs)
+	var a admission.Admission
+	if in.reserve != nil {
+		a = in.gate.Reserve(ctx, attrs, in.reserve(ctx, method, req))
+	} else {
+		a = in.gate.Admit(ctx, attrs)
+	}
 	err := in.report(&a, setHeader, setTrailer)
 	if !in.charge || err != nil { // only the charge after the handler needs attrs
 		clear(attrs)

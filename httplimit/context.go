@@ -37,9 +37,10 @@ type state struct {
 }
 
 // AddCost adds n units to the usage the request is charged for after its
-// handler returns, for middlewares with Options.ChargeAfter set (an LLM route
-// reports the tokens it used). It reports whether such a middleware is
-// handling the request. When several are, each is charged.
+// handler returns, for middlewares with Options.ChargeAfter or
+// Options.Reserve set (an LLM route reports the tokens it used; a
+// reservation is settled with them). It reports whether such a middleware
+// is handling the request. When several are, each is charged.
 func AddCost(ctx context.Context, n int64) bool {
 	found := false
 	for {
@@ -57,8 +58,8 @@ func AddCost(ctx context.Context, n int64) bool {
 
 // DecisionFrom returns the decision of the innermost rate-limit middleware
 // that made one available, with every applied rule's result: to an
-// OnLimited handler, and to handlers behind a ChargeAfter middleware. It is
-// the caller's to keep.
+// OnLimited handler, and to handlers behind a ChargeAfter or Reserve
+// middleware. It is the caller's to keep.
 func DecisionFrom(ctx context.Context) (*floodgate.Outcome, bool) {
 	st, ok := ctx.Value(stateKey{}).(*stateLink)
 	if !ok || st.s.decision == nil {

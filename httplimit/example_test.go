@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -194,4 +195,45 @@ func Example_llmTokens() {
 	// 200 "tokens-per-minute";r=300;t=60
 	// 429 "tokens-per-minute";r=0;t=60 60
 	// 200 "tokens-per-minute";r=1000;t=0
+}
+
+// An LLM route that keeps a daily token budget exactly: each request
+// reserves its max_tokens before the model runs and, when the handler
+// returns, its reservation is settled with the tokens it reported with
+// AddCost. Requests that stream at the same time each see what the others
+// hold, so together they never spend more than the budget; a request whose
+// reservation does not fit is refused until the day ends.
+func Example_llmBudget() {
+	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0)) // 08:00 UTC
+	lim, _ := floodgate.New("llm", memory.New(nil), []floodgate.Rule{
+		{Name: "tokens-per-day", Algorithm: floodgate.FixedWindow, Limit: 10_000, Align: floodgate.AlignDay, Key: []string{"user"}, Reservable: true},
+	}, &floodgate.Options{Clock: clock})
+	mw, err := httplimit.New(lim, &httplimit.Options{
+		Attributes: map[string]httplimit.KeyFunc{"user": httplimit.Header("X-User")}, // set by the authentication gateway
+		Kind:       httplimit.Cost,
+		// The most a request can use: its max_tokens.
+		Reserve: func(r *http.Request) int64 {
+			n, _ := strconv.ParseInt(r.URL.Query().Get("max_tokens"), 10, 64)
+			return n
+		},
+		Hold: 10 * time.Minute, // longer than the slowest answer
+	})
+	if err != nil {
+		panic(err)
+	}
+	complete := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "…")
+		httplimit.AddCost(r.Context(), 3000) // the tokens the answer used
+	})
+	h := mw.Handler(complete)
+
+	send(h, "POST", "/v1/complete?max_tokens=4000", "192.0.2.1:1", "X-User", "ann") // 4,000 held, then 3,000 spent
+	send(h, "POST", "/v1/complete?max_tokens=4000", "192.0.2.1:1", "X-User", "ann")
+	send(h, "POST", "/v1/complete?max_tokens=4000", "192.0.2.1:1", "X-User", "ann") // 4,000 left: it fits
+	send(h, "POST", "/v1/complete?max_tokens=4000", "192.0.2.1:1", "X-User", "ann") // 1,000 left
+	// Output:
+	// 200 "tokens-per-day";r=6000;t=57600
+	// 200 "tokens-per-day";r=3000;t=57600
+	// 200 "tokens-per-day";r=0;t=57600
+	// 429 "tokens-per-day";r=1000;t=57600 57600
 }

@@ -44,6 +44,12 @@
 // rule then holds its lease for the handler, and the usage goes to the
 // other rules (an in-flight cap plus tokens per minute).
 //
+// Options.Reserve is the exact way to keep a budget: each request reserves
+// the most it can use (an LLM call's max_tokens) on the limiter's reservable
+// rules before the handler runs, so that concurrent requests never spend
+// more than the budget, and its reservation is settled with the usage the
+// handler reported with AddCost when the handler returns.
+//
 // Trusted internal sub-requests marked with WithSubrequest pass middlewares
 // of kind Identity without counting; middlewares of kind Cost still count
 // them.
@@ -55,6 +61,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/admission"
@@ -108,6 +115,23 @@ type Options struct {
 	// lease up front and hold it until the handler returns; the usage is
 	// recorded into the other rules.
 	ChargeAfter bool
+	// Reserve, when set, makes every request a reservation
+	// (floodgate.Limiter.Reserve): it returns the most units the request
+	// can use (an LLM call's max_tokens; less than 1 is taken as 1), which
+	// are held on the limiter's reservable rules (Rule.Reservable) for
+	// Hold, with one unit of its other rules, all or nothing. Concurrent
+	// requests then never spend more than a budget. When the handler
+	// returns, the reservation is settled with what it reported with
+	// AddCost, failed or not (nothing reported releases it), and its
+	// Concurrency leases are released. A reservation that is never settled
+	// (the process died) lapses after Hold. It cannot be combined with
+	// ChargeAfter or Count.
+	Reserve func(r *http.Request) int64
+	// Hold is how long a reservation's units stay held unless settled
+	// first; required with Reserve, and at least 1ms. Choose it longer
+	// than the slowest request: usage settled after the hold has lapsed
+	// is still charged, and may then overspend.
+	Hold time.Duration
 	// OnLimited, when set, answers requests the rules denied instead of the
 	// default problem+json body. Retry-After, Cache-Control and the quota
 	// headers are already set; DecisionFrom gives it the decision, with
@@ -141,6 +165,7 @@ type Middleware struct {
 	count         Count
 	failed        func(int) bool
 	chargeAfter   bool
+	reserve       func(*http.Request) int64 // Options.Reserve
 	onLimited     http.Handler
 	failureStatus int
 	withQuota     bool
@@ -173,6 +198,7 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 		count:         opts.Count,
 		failed:        opts.Failed,
 		chargeAfter:   opts.ChargeAfter,
+		reserve:       opts.Reserve,
 		onLimited:     opts.OnLimited,
 		failureStatus: opts.FailureStatus,
 		withQuota:     !opts.OmitQuotaHeaders,
@@ -189,6 +215,14 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 	}
 	if m.chargeAfter && m.count != CountAll {
 		return nil, fmt.Errorf("%s: ChargeAfter charges after the handler; it cannot be combined with Count", where)
+	}
+	switch {
+	case m.reserve != nil && opts.Hold == 0:
+		return nil, fmt.Errorf("%s: Reserve needs a Hold: how long a reservation's units stay held unless settled", where)
+	case m.reserve == nil && opts.Hold != 0:
+		return nil, fmt.Errorf("%s: Hold is the hold of reservations, which only Reserve makes", where)
+	case m.reserve != nil && m.count != CountAll:
+		return nil, fmt.Errorf("%s: a reservation is settled with the usage after the handler; it cannot be combined with Count", where)
 	}
 	if opts.LegacyHeaders && opts.OmitQuotaHeaders {
 		return nil, fmt.Errorf("%s: LegacyHeaders adds to the quota headers, which OmitQuotaHeaders leaves out: set one of them", where)
@@ -230,9 +264,10 @@ func New(l *floodgate.Limiter, opts *Options) (*Middleware, error) {
 	m.gate, err = admission.New(l, admission.Options{
 		// Quota headers name every rule; DecisionFrom gives handlers
 		// the whole outcome.
-		Rules:       m.withQuota || m.onLimited != nil || m.chargeAfter,
+		Rules:       m.withQuota || m.onLimited != nil || m.chargeAfter || m.reserve != nil,
 		Refunds:     m.count != CountAll,
 		ChargeAfter: m.chargeAfter,
+		Hold:        opts.Hold,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -283,7 +318,12 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	defer m.release(attrs)
 	m.fill(attrs, r)
 
-	a := m.gate.Admit(ctx, attrs)
+	var a admission.Admission
+	if m.reserve != nil {
+		a = m.gate.Reserve(ctx, attrs, m.reserve(r))
+	} else {
+		a = m.gate.Admit(ctx, attrs)
+	}
 	d := &a.Outcome
 	h := w.Header()
 	if !d.Allowed {
@@ -321,7 +361,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	switch {
-	case m.chargeAfter:
+	case m.chargeAfter, m.reserve != nil:
+		// The usage the handler reports is recorded, or settles the
+		// reservation.
 		st := &state{decision: heapCopy(d)}
 		defer func() { a.End(ctx, false, st.cost.Load()) }()
 		next.ServeHTTP(w, r.WithContext(withState(ctx, st, true)))

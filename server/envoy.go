@@ -17,7 +17,7 @@ import (
 // envoyOptions are the options of the Envoy service's limiters: the
 // configuration's global failure policy, the chain of its global breaker
 // and store deadline, and the server's observer (metrics, top keys and
-// the status page's counts), logger and clock. Domains that no Envoy file
+// the status page's counts), reservations' metrics, logger and clock. Domains that no Envoy file
 // defines fall back to the YAML configuration's limiter of that name.
 func (s *Server) envoyOptions(c *config.Config) (*envoyOptions, error) {
 	ch, err := s.envoyChain(s.envoyPolicy(c))
@@ -31,7 +31,8 @@ func (s *Server) envoyOptions(c *config.Config) (*envoyOptions, error) {
 		Clock:         s.Clock,
 		Shadow:        s.Envoy.Shadow,
 	}
-	return &envoyOptions{Options: envoy.Options{Limiter: o, Store: ch.store, Lookup: s.limiter, Headers: s.Envoy.Headers}, chain: ch}, nil
+	return &envoyOptions{Options: envoy.Options{Limiter: o, Store: ch.store, Lookup: s.limiter, Headers: s.Envoy.Headers,
+		Reservations: envoyReservations{s.metrics}}, chain: ch}, nil
 }
 
 // envoyOptions are the Envoy service's options, and the chain of their

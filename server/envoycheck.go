@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
@@ -54,11 +55,19 @@ func (s *Server) checkEnvoy(w http.ResponseWriter, r *http.Request, name, domain
 	case err != nil:
 		return badRequest(err.Error())
 	}
-	ticket, e := s.seal(o.Ticket())
+	t := o.Ticket()
+	ticket, e := s.seal(t)
 	if e != nil {
 		return e
 	}
 	out := s.respond(&o.Decision, o.Rules, ticket)
+	if t.Valid() && !t.Until.IsZero() { // a reservable limit's reservation
+		now := time.Now()
+		if s.Clock != nil {
+			now = s.Clock.Now()
+		}
+		out.LapsesAfterMS = int64(lapsesAfter(&o, t.Until.Sub(now)) / time.Millisecond)
+	}
 	out.Rule = s.ruleName(name, out.Rule)
 	for i := range out.Rules {
 		out.Rules[i].Name = s.ruleName(name, out.Rules[i].Name)

@@ -40,6 +40,7 @@ func (s *Server) routes(metrics http.Handler) []route {
 		{"/v1/record", http.MethodPost, "record", public, s.handleRecord},
 		{"/v1/select", http.MethodPost, "select", public, s.handleSelect},
 		{"/v1/refund", http.MethodPost, "refund", public, s.handleRefund},
+		{"/v1/settle", http.MethodPost, "settle", public, s.handleSettle},
 		{"/v1/reset", http.MethodPost, "reset", admin, s.handleReset},
 		{"/v1/limiters", http.MethodGet, "limiters", public, s.handleLimiters},
 		{"/v1/top", http.MethodGet, "top", admin, s.handleTop},
@@ -71,7 +72,7 @@ func (s *Server) AdminEndpoints() []string {
 // with httptest).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	traced := map[string]bool{"check": true, "record": true, "select": true, "refund": true, "json": true}
+	traced := map[string]bool{"check": true, "record": true, "select": true, "refund": true, "settle": true, "json": true}
 	for _, rt := range s.routes(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})) {
 		switch rt.access {
 		case admin:
@@ -123,6 +124,9 @@ type decisionRequest struct {
 	// Peek, on /v1/check, asks whether cost units would be admitted now
 	// without charging them.
 	Peek bool `json:"peek"`
+	// Reserve, on /v1/check, makes the decision a reservation
+	// (reserve.go).
+	Reserve *reserveRequest `json:"reserve"`
 }
 
 // refundRequest is the body of POST /v1/refund.
@@ -141,13 +145,16 @@ type DecisionResponse struct {
 	// Capacity is the binding rule's capacity (see RuleResponse), which
 	// Remaining counts against: a token bucket's limit is its rate, its
 	// capacity its burst.
-	Capacity     int64          `json:"capacity"`
-	Remaining    int64          `json:"remaining"`
-	ResetAfterMS int64          `json:"reset_after_ms"`
-	RetryAfterMS int64          `json:"retry_after_ms"`
-	Never        bool           `json:"never,omitempty"`
-	Ticket       string         `json:"ticket"`
-	Rules        []RuleResponse `json:"rules"`
+	Capacity     int64  `json:"capacity"`
+	Remaining    int64  `json:"remaining"`
+	ResetAfterMS int64  `json:"reset_after_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	Never        bool   `json:"never,omitempty"`
+	Ticket       string `json:"ticket"`
+	// LapsesAfterMS is, for an admitted reservation, the time until its
+	// holds lapse unless settled first (rounded down).
+	LapsesAfterMS int64          `json:"lapses_after_ms,omitempty"`
+	Rules         []RuleResponse `json:"rules"`
 }
 
 // RuleResponse is one rule's part of a DecisionResponse.
@@ -220,12 +227,15 @@ type decisionArgs struct {
 	attrs  floodgate.Attributes
 	cost   int64
 	peek   bool
+	// hold, when not 0, makes the check a reservation of units.
+	units int64
+	hold  time.Duration
 }
 
-// readDecision reads and checks a check or reset request; "peek" is
-// refused unless peekOK, and a request naming an Envoy domain's limiter
-// unless envoyOK.
-func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK, envoyOK bool) (decisionArgs, *httpError) {
+// readDecision reads and checks a check or reset request; "peek" and
+// "reserve" are refused unless checkOK, and a request naming an Envoy
+// domain's limiter unless envoyOK.
+func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, checkOK, envoyOK bool) (decisionArgs, *httpError) {
 	var req decisionRequest
 	if e := s.decode(w, r, &req); e != nil {
 		return decisionArgs{}, e
@@ -247,8 +257,16 @@ func (s *Server) readDecision(w http.ResponseWriter, r *http.Request, peekOK, en
 	if a.cost < 0 {
 		return decisionArgs{}, badRequest(fmt.Sprintf("cost: must not be negative, got %d", a.cost))
 	}
-	if req.Peek && !peekOK {
+	if req.Peek && !checkOK {
 		return decisionArgs{}, badRequest("peek: only /v1/check peeks")
+	}
+	if req.Reserve != nil {
+		if !checkOK {
+			return decisionArgs{}, badRequest("reserve: only /v1/check reserves")
+		}
+		if e := s.readReserve(&a, &req); e != nil {
+			return decisionArgs{}, e
+		}
 	}
 	return a, nil
 }
@@ -270,6 +288,9 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) *httpError 
 	}
 	if a.l == nil {
 		return s.checkEnvoy(w, r, a.name, a.domain, mode, a.attrs, cost)
+	}
+	if a.hold != 0 {
+		return s.reserve(w, r, &a)
 	}
 	o, err := a.l.Decide(r.Context(), mode, a.attrs, cost)
 	if err != nil {
@@ -326,6 +347,7 @@ func (s *Server) handleRefund(w http.ResponseWriter, r *http.Request) *httpError
 			s.metrics.refunds.WithLabelValues(t.Limiter, "replayed").Inc()
 		default:
 			s.metrics.refunds.WithLabelValues(t.Limiter, "applied").Inc()
+			s.metrics.holds.Settled(t) // a reservation's ticket: released
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -32,6 +32,8 @@ type metrics struct {
 	skipped       *prometheus.CounterVec
 	records       *prometheus.CounterVec
 	refunds       *prometheus.CounterVec
+	settlements   *prometheus.CounterVec
+	holds         *holds // floodgate_held_units, floodgate_holds_lapsed_total
 	selects       *prometheus.CounterVec
 	storeDuration *prometheus.HistogramVec
 	reloads       *prometheus.CounterVec
@@ -43,7 +45,7 @@ type metrics struct {
 	grpcDuration  *prometheus.HistogramVec
 	grpcMethods   sync.Map // full method name → *grpcMethodMetrics
 
-	storeOK [5]prometheus.Observer // by floodgate.Mode, error "none"
+	storeOK [6]prometheus.Observer // by floodgate.Mode, error "none"
 
 	// ruleName is the rule label of a limiter's rule (Server.ruleName).
 	ruleName func(limiter, rule string) string
@@ -68,13 +70,18 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 			Name: "floodgate_refunds_total",
 			Help: "Ticket refunds by limiter and result: applied, replayed (a ticket this instance refunded already; the store gives nothing back twice), failed (store error) or rejected (forged or malformed ticket; limiter is empty).",
 		}, []string{"limiter", "result"}),
+		settlements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floodgate_settlements_total",
+			Help: "Reservations settled or released through this instance (POST /v1/settle, Envoy's stream-done charges on reservable limits), by limiter and result: settled (the holds were there), lapsed (a hold had lapsed already; the usage was charged all the same), already_settled (nothing changed), failed (store error; the holds lapse by themselves) or rejected (forged or malformed ticket, or not a reservation's; limiter is empty).",
+		}, []string{"limiter", "result"}),
+		holds: newHolds(s.Clock, s.ruleName, s.Logger),
 		selects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "floodgate_select_total",
 			Help: "Selections (POST /v1/select) by configured route (empty for inline candidates) and result: admitted, capped, never (every capped candidate refused a cost it can never admit) or exhausted (every candidate excluded).",
 		}, []string{"route", "result"}),
 		storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "floodgate_store_duration_seconds",
-			Help:    "Latency of store calls by operation (consume, peek, record, refund, reset) and error (none, timeout, canceled, other).",
+			Help:    "Latency of store calls by operation (consume, peek, record, refund, reset, settle) and error (none, timeout, canceled, other).",
 			Buckets: []float64{.00001, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}, []string{"operation", "error"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -109,7 +116,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		}, []string{"method"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.skipped, m.records, m.refunds, m.selects, m.storeDuration, m.reloads, m.lastReload,
+		m.decisions, m.skipped, m.records, m.refunds, m.settlements, m.holds, m.selects, m.storeDuration, m.reloads, m.lastReload,
 		m.lastReloadOK, m.httpRequests, m.httpDuration, m.grpcRequests, m.grpcDuration, breakerCollector{s}, storeCollector{s},
 	} {
 		if err := reg.Register(c); err != nil {

@@ -488,10 +488,10 @@ floodgate_breaker_state{limiter="login"} 1
 	if err := testutil.GatherAndCompare(ts.reg, strings.NewReader(want), "floodgate_breaker_state"); err != nil {
 		t.Error(err)
 	}
-	// Five series with error="none" exist from the start; the failures add
-	// one with error="other".
-	if n := testutil.CollectAndCount(ts.metrics.storeDuration); n != 6 {
-		t.Errorf("store duration series = %d, want 6", n)
+	// Six series with error="none" exist from the start, one per store
+	// operation; the failures add one with error="other".
+	if n := testutil.CollectAndCount(ts.metrics.storeDuration); n != 7 {
+		t.Errorf("store duration series = %d, want 7", n)
 	}
 	// The service still answers as configured (the failure policies):
 	// ready, saying how it answers, and floodgate_store_reachable is 0.

@@ -34,18 +34,21 @@ type candidateInfo struct {
 }
 
 type ruleInfo struct {
-	Name      string             `json:"name"`
-	Key       []string           `json:"key"`
-	Algorithm string             `json:"algorithm"`
-	Limit     int64              `json:"limit"`
-	Window    string             `json:"window,omitempty"`
-	WindowMS  int64              `json:"window_ms,omitempty"`
-	Burst     int64              `json:"burst,omitempty"`
-	Buckets   int64              `json:"buckets,omitempty"`
-	Align     string             `json:"align,omitempty"`
-	TimeZone  string             `json:"time_zone,omitempty"`
-	Shadow    bool               `json:"shadow"`
-	Overrides []overrideResponse `json:"overrides,omitempty"`
+	Name      string   `json:"name"`
+	Key       []string `json:"key"`
+	Algorithm string   `json:"algorithm"`
+	Limit     int64    `json:"limit"`
+	Window    string   `json:"window,omitempty"`
+	WindowMS  int64    `json:"window_ms,omitempty"`
+	Burst     int64    `json:"burst,omitempty"`
+	Buckets   int64    `json:"buckets,omitempty"`
+	Align     string   `json:"align,omitempty"`
+	TimeZone  string   `json:"time_zone,omitempty"`
+	Shadow    bool     `json:"shadow"`
+	// Reservable says the rule's units may be reserved (POST /v1/check
+	// with "reserve").
+	Reservable bool               `json:"reservable,omitempty"`
+	Overrides  []overrideResponse `json:"overrides,omitempty"`
 }
 
 // overrideResponse is an override as GET /v1/limiters shows it. The values
@@ -106,13 +109,14 @@ func (s *Server) handleLimiters(w http.ResponseWriter, r *http.Request) *httpErr
 // match are shown to admins only.
 func describeRule(rule floodgate.Rule, admin bool) ruleInfo {
 	ri := ruleInfo{
-		Name:      rule.Name,
-		Key:       rule.Key,
-		Algorithm: rule.Algorithm.String(),
-		Limit:     rule.Limit,
-		Burst:     rule.Burst,
-		Buckets:   rule.Buckets,
-		Shadow:    rule.Shadow,
+		Name:       rule.Name,
+		Key:        rule.Key,
+		Algorithm:  rule.Algorithm.String(),
+		Limit:      rule.Limit,
+		Burst:      rule.Burst,
+		Buckets:    rule.Buckets,
+		Shadow:     rule.Shadow,
+		Reservable: rule.Reservable,
 	}
 	if ri.Key == nil {
 		ri.Key = []string{}

@@ -178,7 +178,7 @@ func (s *Server) registerGrants() error {
 		{"floodgate_grants_total", "Quota grants taken from Redis (rules with grant: true).", func(s grant.Stats) int64 { return s.Grants }},
 		{"floodgate_grant_units_total", "Units taken from Redis in quota grants.", func(s grant.Stats) int64 { return s.Granted }},
 		{"floodgate_grant_returned_units_total", "Units of quota grants given back to Redis unspent.", func(s grant.Stats) int64 { return s.Returned }},
-		{"floodgate_grant_stranded_units_total", "Units of quota grants neither spent nor given back: their window ended first.", func(s grant.Stats) int64 { return s.Stranded }},
+		{"floodgate_grant_stranded_units_total", "Units of quota grants neither spent nor given back: their window ended first, or the refund that would have given them back failed.", func(s grant.Stats) int64 { return s.Stranded }},
 		{"floodgate_grant_local_decisions_total", "Decisions on granted rules answered in-process, from a grant or a held denial.", func(s grant.Stats) int64 { return s.Local }},
 		{"floodgate_grant_passed_decisions_total", "Decisions on granted rules sent to Redis as they are (too little left to grant).", func(s grant.Stats) int64 { return s.Passed }},
 	} {

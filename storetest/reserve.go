@@ -400,6 +400,17 @@ func testReservations(t *testing.T, newStore func(*testing.T) store.Store) {
 		if d := f.admit(acme, 100); d.ResetAfter != time.Minute {
 			t.Fatalf("the next window: %+v, want all 100 admitted in a window of its own", d)
 		}
+		// Settling a lapsed hold with nothing used is a write all the
+		// same: the window, counting nothing, is gone, and the next hit
+		// opens one of its own.
+		f = newFixture(t, store, "reserve-first-hit-lapsed", nil, first)
+		tk := f.reserved(acme, 50, time.Second)
+		f.clock.Advance(time.Second)
+		f.settle(tk, 0, floodgate.Lapsed)
+		f.clock.Advance(time.Second)
+		if d := f.admit(acme, 100); d.ResetAfter != time.Minute {
+			t.Fatalf("after a lapsed hold settled with nothing used: %+v, want all 100 admitted in a window of its own", d)
+		}
 	})
 	t.Run("settle_oldest", func(t *testing.T) {
 		f := newFixture(t, store, "reserve-oldest", nil, budgetRule(100))

@@ -20,7 +20,9 @@ const checkUsage = `
 Usage: floodgate check --limiter NAME [--attr key=value]... [flags]
 
 Asks a running service for one decision (POST /v1/check) and prints it.
-Cost 0 peeks without consuming; --record posts to /v1/record instead.
+Cost 0 peeks without consuming; --record posts to /v1/record instead;
+--reserve with --hold asks for a reservation, whose ticket POST
+/v1/settle settles.
 
 Exit status: 0 when admitted, 1 when denied, 2 when the service could not
 be asked (bad flags, connection refused, an error answer).
@@ -31,6 +33,7 @@ as attributes.
 Examples:
   floodgate check --limiter api --attr user=u1 --attr org=acme
   floodgate check --limiter envoy.edge --attr remote_address=10.0.0.1
+  floodgate check --limiter llm --attr tenant=acme --reserve 8000 --hold 10m
 `
 
 // attrFlag collects repeated --attr key=value flags.
@@ -62,6 +65,8 @@ func (m *Main) check(ctx context.Context, args []string) int {
 	fs.Var(attrs, "attr", "a request attribute as `key=value` (repeatable)")
 	cost := fs.Int64("cost", 1, "units to ask for; 0 peeks")
 	record := fs.Bool("record", false, "record the cost as usage after the fact (POST /v1/record)")
+	reserve := fs.Int64("reserve", 0, "reserve `units` of the limiter's reservable rules, held for --hold, instead of consuming --cost")
+	hold := fs.Duration("hold", 0, "how long a reservation's units stay held unless settled (with --reserve)")
 	asJSON := fs.Bool("json", false, "print the service's JSON answer as is")
 	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
 	insecure := fs.Bool("insecure", false, "accept any TLS certificate (testing only)")
@@ -76,6 +81,17 @@ func (m *Main) check(ctx context.Context, args []string) int {
 		fmt.Fprintf(m.Stderr, "floodgate check: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	switch {
+	case *reserve != 0 && *hold == 0:
+		fmt.Fprintln(m.Stderr, "floodgate check: --reserve needs --hold, how long the units stay held unless settled")
+		return exitUsage
+	case *reserve == 0 && *hold != 0:
+		fmt.Fprintln(m.Stderr, "floodgate check: --hold is the hold of a reservation: set --reserve")
+		return exitUsage
+	case *reserve != 0 && *record:
+		fmt.Fprintln(m.Stderr, "floodgate check: --reserve and --record: set one, not both")
+		return exitUsage
+	}
 	base := *addr
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
@@ -84,7 +100,12 @@ func (m *Main) check(ctx context.Context, args []string) int {
 	if *record {
 		endpoint = strings.TrimRight(base, "/") + "/v1/record"
 	}
-	body, _ := json.Marshal(map[string]any{"limiter": *limiter, "attributes": map[string]string(attrs), "cost": *cost})
+	ask := map[string]any{"limiter": *limiter, "attributes": map[string]string(attrs), "cost": *cost}
+	if *reserve != 0 {
+		delete(ask, "cost") // a reservation charges the other rules 1
+		ask["reserve"] = map[string]any{"units": *reserve, "hold": hold.String()}
+	}
+	body, _ := json.Marshal(ask)
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
@@ -186,5 +207,8 @@ func printDecision(w io.Writer, limiter string, d *server.DecisionResponse) {
 	}
 	if d.Ticket != "" {
 		fmt.Fprintf(w, "\nticket %s\n", d.Ticket)
+	}
+	if d.LapsesAfterMS > 0 {
+		fmt.Fprintf(w, "a reservation: its holds lapse in %s unless settled (POST /v1/settle)\n", ms(d.LapsesAfterMS))
 	}
 }

@@ -199,7 +199,9 @@ type decision struct {
 	RetryAfterMS int64  `json:"retry_after_ms"`
 	Never        bool   `json:"never"`
 	Ticket       string `json:"ticket"`
-	Rules        []struct {
+	// LapsesAfterMS is a reservation's.
+	LapsesAfterMS int64 `json:"lapses_after_ms"`
+	Rules         []struct {
 		Name         string `json:"name"`
 		Allowed      bool   `json:"allowed"`
 		Shadow       bool   `json:"shadow"`

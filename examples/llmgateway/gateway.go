@@ -38,6 +38,13 @@ var (
 	upstreamRPMs             = []int64{primaryRPM, backupRPM}
 	upstreamTimeout          = 10 * time.Second
 	maxRequestBodySize int64 = 1 << 16
+	// defaultMaxTokens is a request's max_tokens when it sets none: the
+	// most output tokens the model may answer with.
+	defaultMaxTokens int64 = 16
+	// budgetHold is how long a request's reservation on the budget is
+	// held unless settled: longer than the slowest answer, so that only a
+	// gateway that died mid-request leaves it to lapse.
+	budgetHold = 10 * time.Minute
 )
 
 // perMinute is a sliding window of limit units a minute in 1 s buckets.
@@ -52,14 +59,15 @@ type route struct {
 	tokens *floodgate.Limiter // its tpm rule alone, for recording tokens
 }
 
-// llmGateway is an LLM gateway: it authenticates API keys, checks the
-// tenant's monthly budget, limits each key's requests and tokens per
-// minute, answers repeated prompts from its cache, and otherwise sends the
-// prompt to the first route with room, failing over when a route fails.
+// llmGateway is an LLM gateway: it authenticates API keys, reserves the
+// most a request can cost on the tenant's monthly budget, limits each key's
+// requests and tokens per minute, answers repeated prompts from its cache,
+// and otherwise sends the prompt to the first route with room, failing
+// over when a route fails; then it settles the reservation with the cost.
 type llmGateway struct {
 	keys      *floodgate.Limiter // key-rpm and key-tpm
 	keyTokens *floodgate.Limiter // key-tpm alone
-	budget    *floodgate.Limiter // monthly budget per tenant
+	budget    *floodgate.Limiter // monthly budget per tenant, reservable
 	routes    []*route
 	client    *http.Client
 
@@ -137,8 +145,8 @@ type completion struct {
 	BudgetLeft int64    `json:"budget_left"`
 }
 
-// complete serves POST /v1/complete: {"prompt": "..."} with an API key in
-// "Authorization: Bearer".
+// complete serves POST /v1/complete: {"prompt": "...", "max_tokens": n}
+// with an API key in "Authorization: Bearer".
 func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key, tenant, ok := authenticate(r)
@@ -147,35 +155,55 @@ func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req completionRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBodySize)).Decode(&req); err != nil || strings.TrimSpace(req.Prompt) == "" {
-		writeProblem(w, http.StatusBadRequest, "Bad request", `the body must be {"prompt": "..."}`, 0)
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBodySize)).Decode(&req); err != nil || strings.TrimSpace(req.Prompt) == "" || req.MaxTokens < 0 {
+		writeProblem(w, http.StatusBadRequest, "Bad request", `the body must be {"prompt": "...", "max_tokens": n}, max_tokens optional`, 0)
 		return
+	}
+	if req.MaxTokens == 0 {
+		req.MaxTokens = defaultMaxTokens
 	}
 	keyAttrs := floodgate.Attributes{"key": key, "tenant": tenant}
 
-	// 1. The budget, read-only: nothing is counted yet.
-	if d, _ := g.budget.Peek(ctx, keyAttrs, 1); !d.Allowed {
-		if d.Reason == floodgate.ReasonStore {
-			writeProblem(w, http.StatusServiceUnavailable, "Budget unavailable", "the budget cannot be read", d.RetryAfter)
-			return
-		}
-		writeProblem(w, http.StatusTooManyRequests, "Budget spent", fmt.Sprintf("tenant %s has spent its monthly budget of %d", tenant, d.Limit), d.RetryAfter)
+	// 1. The budget: reserve the most the request can cost, its prompt's
+	// tokens and max_tokens of output, so that requests answered at the
+	// same time never spend more than the budget together. A refused
+	// reservation holds nothing.
+	most, err := weights.Cost(gateway.Usage{"input": int64(len(strings.Fields(req.Prompt))), "output": req.MaxTokens})
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "Bad request", err.Error(), 0)
 		return
 	}
+	bd, _ := g.budget.Reserve(ctx, keyAttrs, most, budgetHold)
+	if !bd.Allowed {
+		switch {
+		case bd.Reason == floodgate.ReasonStore:
+			writeProblem(w, http.StatusServiceUnavailable, "Budget unavailable", "the budget cannot be read", bd.RetryAfter)
+		case bd.Never:
+			writeProblem(w, http.StatusTooManyRequests, "Over budget", fmt.Sprintf("this request may cost up to %d, more than tenant %s's monthly budget of %d", most, tenant, bd.Limit), 0)
+		default:
+			writeProblem(w, http.StatusTooManyRequests, "Budget spent", fmt.Sprintf("tenant %s has %d of its monthly budget of %d left, and this request may cost up to %d", tenant, bd.Remaining, bd.Limit, most), bd.RetryAfter)
+		}
+		return
+	}
+	bt := bd.Ticket()                // settles the reservation, or releases it
+	ctx = context.WithoutCancel(ctx) // the accounting below outlives a client that hangs up
 	// 2. The key's requests and tokens per minute: one decision that
 	// counts the request (and holds one token unit until it is settled).
 	kd, _ := g.keys.Decide(ctx, floodgate.ModeConsume, keyAttrs, 1)
 	kt := kd.Ticket() // refunds or settles the admission
 	if !kd.Allowed {
+		g.budget.Release(ctx, bt)
 		writeProblem(w, http.StatusTooManyRequests, "Rate limited", fmt.Sprintf("API key over its %s limit of %d a minute", kd.Rule, kd.Limit), kd.RetryAfter)
 		return
 	}
 
 	// 3. The cache: a cached answer costs the key its tokens but uses no
-	// route, so it is recorded against the key's rules and no route's.
+	// route, so it is recorded against the key's rules and no route's. It
+	// serves the request if it is no longer than its max_tokens.
 	g.mu.Lock()
 	resp, cached := g.cache[req.Prompt]
 	g.mu.Unlock()
+	cached = cached && resp.Usage["output"] <= req.MaxTokens
 	out := completion{Cached: cached}
 	var served *route
 	var sel gateway.Selection
@@ -185,8 +213,10 @@ func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 		served, resp, sel, status, problem = g.forward(ctx, req)
 		out.Skipped, out.FailedOver = describe(sel)
 		if served == nil {
-			// Nothing was served: give the key its request back.
+			// Nothing was served: give the key its request back, and the
+			// budget its reservation.
 			g.keys.Refund(ctx, kt)
+			g.budget.Release(ctx, bt)
 			writeProblem(w, status, http.StatusText(status), problem, sel.RetryAfter)
 			return
 		}
@@ -199,6 +229,7 @@ func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 	// 4. Post-flight accounting, at the weighted cost of the tokens.
 	cost, err := weights.Cost(resp.Usage)
 	if err != nil {
+		g.budget.Release(ctx, bt)
 		writeProblem(w, http.StatusBadGateway, "Bad upstream answer", err.Error(), 0)
 		return
 	}
@@ -206,9 +237,10 @@ func (g *llmGateway) complete(w http.ResponseWriter, r *http.Request) {
 	if served != nil {
 		gateway.RecordUsage(ctx, served.tokens, sel.Ticket(), served.cand.Attrs, cost)
 	}
-	bd, _ := g.budget.Record(ctx, keyAttrs, cost)
+	g.budget.Settle(ctx, bt, cost) // the reservation becomes the cost
+	left, _ := g.budget.Peek(ctx, keyAttrs, 1)
 	out.Text, out.Usage, out.Cost = resp.Text, resp.Usage, cost
-	out.TokensLeft, out.BudgetLeft = td.Remaining, bd.Remaining
+	out.TokensLeft, out.BudgetLeft = td.Remaining, left.Remaining
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -7,7 +7,9 @@
 //     route is skipped, a failing one failed over;
 //   - a response cache: a cached answer costs the key its tokens and no
 //     route anything;
-//   - a monthly budget per tenant, in New York's calendar months.
+//   - a monthly budget per tenant, in New York's calendar months: each
+//     request reserves the most it can cost before the model runs and
+//     settles the reservation with what it cost.
 //
 // Run it with
 //

@@ -11,8 +11,8 @@ import (
 )
 
 // model is a fake upstream model server: it answers a prompt with its words
-// in reverse order followed by "ok", and reports the tokens it used (one a
-// word). It can be told to fail, to show failover.
+// in reverse order followed by "ok", cut at max_tokens words, and reports
+// the tokens it used (one a word). It can be told to fail, to show failover.
 type model struct {
 	name    string
 	url     string
@@ -21,9 +21,10 @@ type model struct {
 }
 
 // completionRequest is the body of POST /v1/complete, to the gateway and to
-// the models alike.
+// the models alike. MaxTokens bounds the answer's output tokens.
 type completionRequest struct {
-	Prompt string `json:"prompt"`
+	Prompt    string `json:"prompt"`
+	MaxTokens int64  `json:"max_tokens,omitempty"`
 }
 
 // modelResponse is a model's answer.
@@ -61,6 +62,9 @@ func (m *model) complete(w http.ResponseWriter, r *http.Request) {
 	answer := slices.Clone(words)
 	slices.Reverse(answer)
 	answer = append(answer, "ok")
+	if req.MaxTokens > 0 && int64(len(answer)) > req.MaxTokens {
+		answer = answer[:req.MaxTokens]
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(modelResponse{
 		Text:  strings.Join(answer, " "),

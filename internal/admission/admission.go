@@ -2,12 +2,15 @@
 // share about one request: its decision before the handler runs, asked for
 // with the per-rule results and tickets only where the middleware needs
 // them, and the settling of its charge when the handler returns (a refund,
-// a released lease, usage recorded).
+// a released lease, usage recorded, a reservation settled).
 package admission
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -26,6 +29,12 @@ type Options struct {
 	// reported. Concurrency rules take their lease up front and hold it
 	// until End; the usage goes to the other rules.
 	ChargeAfter bool
+	// Hold, when not 0, makes every request a reservation (Gate.Reserve):
+	// units of the limiter's reservable rules held for Hold, with one
+	// unit of its other rules, all or nothing; End settles it with the
+	// usage the handler reported. It cannot be combined with ChargeAfter,
+	// and the limiter needs a reservable rule.
+	Hold time.Duration
 }
 
 // Gate decides requests with a limiter and settles them when their handlers
@@ -33,6 +42,7 @@ type Options struct {
 type Gate struct {
 	limiter     *floodgate.Limiter
 	chargeAfter bool
+	hold        time.Duration // reservations' (Options.Hold); 0 for none
 	// detail: decisions are made with Limiter.Decide, which builds the
 	// per-rule results and the tickets. Otherwise Allow and Peek give the
 	// binding rule's figures alone, for less.
@@ -42,17 +52,30 @@ type Gate struct {
 	leases, rest *floodgate.Limiter
 }
 
-// New returns the gate of l for a middleware needing what opts say.
+// New returns the gate of l for a middleware needing what opts say. It
+// returns an error for reservations (Options.Hold) that l cannot make.
 func New(l *floodgate.Limiter, opts Options) (*Gate, error) {
 	rules := l.Rules()
 	leased := slices.ContainsFunc(rules, func(r floodgate.Rule) bool { return r.Algorithm == floodgate.Concurrency })
+	if opts.Hold != 0 {
+		switch {
+		case opts.ChargeAfter:
+			return nil, errors.New("a reservation is settled with the usage after the handler; it cannot be combined with ChargeAfter")
+		case opts.Hold < time.Millisecond:
+			return nil, fmt.Errorf("the reservations' hold %v must be at least 1ms", opts.Hold)
+		case !slices.ContainsFunc(rules, func(r floodgate.Rule) bool { return r.Reservable }):
+			return nil, errors.New("reservations need a reservable rule (Rule.Reservable), and the limiter has none")
+		}
+	}
 	g := &Gate{
 		limiter:     l,
 		chargeAfter: opts.ChargeAfter,
-		// Refunds and leases need the tickets. A denial names the rules
-		// that denied: the lean decision of a one-rule limiter names it
-		// (Decision.Rule), one of several rules does not.
-		detail: opts.Rules || opts.Refunds || leased || len(rules) > 1,
+		hold:        opts.Hold,
+		// Refunds, leases and reservations need the tickets. A denial
+		// names the rules that denied: the lean decision of a one-rule
+		// limiter names it (Decision.Rule), one of several rules does
+		// not.
+		detail: opts.Rules || opts.Refunds || leased || opts.Hold != 0 || len(rules) > 1,
 	}
 	if opts.ChargeAfter && leased {
 		var err error
@@ -107,10 +130,23 @@ type Admission struct {
 }
 
 // Admit decides a request with attributes attrs. Under ChargeAfter, an
-// admitted request's attrs must stay as they are until End.
+// admitted request's attrs must stay as they are until End. A gate of
+// reservations (Options.Hold) reserves one unit: see Reserve.
 func (g *Gate) Admit(ctx context.Context, attrs floodgate.Attributes) Admission {
+	return g.Reserve(ctx, attrs, 1)
+}
+
+// Reserve decides a request with attributes attrs that may use up to units
+// (at least 1; less is taken as 1). A gate of reservations (Options.Hold)
+// holds them (floodgate.Limiter.Reserve), and End settles the reservation;
+// any other gate decides as Admit does, and units mean nothing to it.
+func (g *Gate) Reserve(ctx context.Context, attrs floodgate.Attributes, units int64) Admission {
 	a := Admission{g: g, attrs: attrs}
 	switch {
+	case g.hold != 0:
+		// The limiter has a reservable rule and the hold is valid (New):
+		// Reserve returns no error.
+		a.Outcome, _ = g.limiter.Reserve(ctx, attrs, max(units, 1), g.hold)
 	case g.leases != nil:
 		// The handler holds its in-flight slot; the other rules must
 		// admit one unit and are charged its usage after.
@@ -165,15 +201,24 @@ func (a *Admission) Violated(f func(name string, limit int64)) {
 	}
 }
 
-// End settles an admitted request when its handler returns. Under
-// ChargeAfter it records used units into the rules that count usage and
-// releases the lease; otherwise it gives back the whole charge when
-// refundAll is set (see Options.Refunds), or else releases the Concurrency
-// leases alone. A refund that cannot be applied is logged by the limiter and
-// only leaves it stricter.
+// End settles an admitted request when its handler returns. A
+// reservation is settled with used units (0 releases it) and its leases
+// released. Under ChargeAfter it records used units into the rules that
+// count usage and releases the lease; otherwise it gives back the whole
+// charge when refundAll is set (see Options.Refunds), or else releases the
+// Concurrency leases alone. A refund or a settlement that cannot be applied
+// is logged by the limiter; a refund's only leaves it stricter, a
+// settlement's holds lapse at their hold time.
 func (a *Admission) End(ctx context.Context, refundAll bool, used int64) {
 	g := a.g
 	ctx = context.WithoutCancel(ctx) // the charge is settled even when the caller has gone
+	if g.hold != 0 {
+		if t := a.Outcome.Ticket(); t.Valid() {
+			g.limiter.Settle(ctx, t, max(used, 0)) // a failure is logged; the holds lapse on their own
+		}
+		refund(ctx, g.limiter, a.Outcome.LeaseTicket())
+		return
+	}
 	if !g.chargeAfter {
 		t := a.Outcome.LeaseTicket()
 		if refundAll {

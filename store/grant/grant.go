@@ -12,7 +12,8 @@
 // when the key is touched by anything but a consume (a peek, record,
 // refund or reset), when the key goes idle (Options.Idle), when its
 // remaining shrinks below what grants are made of, and when the Store is
-// closed.
+// closed. A refund that fails strands its units rather than keep them: it
+// may have reached the inner store.
 //
 // # Which decisions
 //
@@ -64,6 +65,20 @@
 // When the inner store fails, a live grant keeps answering until it is
 // spent or its window ends; then the decisions fail as the inner store's
 // do, and the limiter's failure policy and fallback apply.
+//
+// # Calls of the inner store
+//
+// No lock is held across a call of the inner store. A key has one call
+// that moves its grant's units (taking a grant, giving units back) in
+// flight at a time: the key's decisions that its grant or a held denial
+// can answer are answered meanwhile, and those that need the inner store
+// wait for the call in flight and take its outcome. When it fails, they
+// fail with its error at once; when it succeeds, they are decided again,
+// most from the grant it took. A decision passed on to the inner store as
+// it is (a fixed window with too little left to grant) is its own call,
+// made alongside the others. So over an inner store that bounds each call
+// by a deadline (as store/guard does), a hung store makes no decision wait
+// longer than one deadline, however many decisions on the key there are.
 //
 // The Store reads the time of each decision from Batch.Now, so the
 // limiters using it must have the clock the inner store counts with (the
@@ -148,7 +163,11 @@ type ruleKey struct{ scope, key string }
 
 // grant is one rule key's grant. Times are Batch.Now readings in µs.
 type grant struct {
-	mu     sync.Mutex // held across the inner store's calls for the key
+	mu sync.Mutex // guards the fields; never held across a call of the inner store's
+	// flight is the inner store's call for the key in progress, nil when
+	// there is none: the key has one at a time.
+	flight *flight
+
 	params store.Params
 	scope  string
 	key    string
@@ -174,6 +193,15 @@ type grant struct {
 	// sweep: a grant found untouched is idle (see sweep).
 	touched bool
 	idle    int // sweeps since the key was last decided on
+}
+
+// flight is a call of the inner store's for one key in progress. The
+// decisions on the key that need the inner store meanwhile wait for it and
+// take its outcome, rather than queue calls of their own, each of which
+// could take the inner store's whole deadline when it hangs.
+type flight struct {
+	done chan struct{} // closed when the call has returned
+	err  error         // its failure; nil when it succeeded or its caller gave up
 }
 
 // New returns a Store that answers granted keys of inner's from grants
@@ -237,19 +265,33 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	for i := range b.Ops {
 		if op := &b.Ops[i]; s.grants(op) {
 			if g := s.lookup(op, false); g != nil {
-				g.mu.Lock()
-				err := s.giveBack(ctx, g, b.Mode == store.Reset)
-				if b.Mode != store.Peek {
-					g.known, g.hold = false, 0 // the key's count moves
-				}
-				g.mu.Unlock()
-				if err != nil {
+				if err := s.settle(ctx, g, b.Mode); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	return s.inner.Apply(ctx, b)
+}
+
+// settle gives g's units back before a batch of mode m on its key goes
+// to the inner store, once the call in flight for the key, if any, has
+// returned.
+func (s *Store) settle(ctx context.Context, g *grant, m store.Mode) error {
+	g.mu.Lock()
+	for f := g.flight; f != nil; f = g.flight {
+		if err := wait(ctx, g, f); err != nil {
+			return err
+		}
+		g.mu.Lock()
+	}
+	defer g.mu.Unlock()
+	err := s.giveBack(ctx, g, m == store.Reset)
+	if m != store.Peek {
+		g.known, g.hold = false, 0 // the key's count moves
+	}
+	land(ctx, g, err)
+	return err
 }
 
 // grants reports whether op's consumes are answered from grants.
@@ -278,27 +320,60 @@ func (s *Store) lookup(op *store.Op, make bool) *grant {
 	return g
 }
 
-// consume decides b, a consume of one granted rule.
+// consume decides b, a consume of one granted rule. While another
+// decision's call of the inner store for the key is in flight, b is
+// answered from the grant if it can be, and otherwise waits for that call:
+// it fails with the call's failure, or is decided again once the call has
+// returned. A decision passed on to the inner store as it is goes as its
+// own call, alongside the key's others (see pass).
 func (s *Store) consume(ctx context.Context, b *store.Batch) error {
 	op := &b.Ops[0]
-	now, cost := b.Now.UnixMicro(), b.Cost
-	g := s.lookup(op, true)
-	g.mu.Lock()
-	for g.dead {
-		g.mu.Unlock()
-		g = s.lookup(op, true)
+	now := b.Now.UnixMicro()
+	for {
+		g := s.lookup(op, true)
 		g.mu.Lock()
+		if g.dead {
+			g.mu.Unlock()
+			continue
+		}
+		g.touched = true
+		if now > g.lastNow {
+			g.lastNow = now
+		}
+		f := g.flight
+		if f == nil {
+			passOn, err := s.decide(ctx, g, b, now)
+			if passOn && err == nil {
+				err = s.giveBack(ctx, g, false)
+			}
+			land(ctx, g, err)
+			if passOn && err == nil {
+				err = s.pass(ctx, g, b, now)
+			}
+			g.mu.Unlock()
+			return err
+		}
+		if g.params == op.Params && (g.left == 0 || now < g.live) && s.answer(g, b, now) {
+			g.mu.Unlock()
+			return nil
+		}
+		if err := wait(ctx, g, f); err != nil {
+			return err
+		}
 	}
-	defer g.mu.Unlock()
-	g.touched = true
-	if now > g.lastNow {
-		g.lastNow = now
-	}
+}
+
+// decide decides b, a consume of g's key at now, from the grant or with
+// a grant taken from the inner store, or reports that b is to be passed on
+// to the inner store as it is. Requires g.mu, and no call in flight for
+// the key.
+func (s *Store) decide(ctx context.Context, g *grant, b *store.Batch, now int64) (passOn bool, err error) {
+	op, cost := &b.Ops[0], b.Cost
 	if g.params != op.Params {
 		// A changed limit: the units granted under the old one go back
 		// and the key starts afresh.
 		if err := s.giveBack(ctx, g, false); err != nil {
-			return err
+			return false, err
 		}
 		g.params, g.known, g.hold = op.Params, false, 0
 	}
@@ -308,22 +383,22 @@ func (s *Store) consume(ctx context.Context, b *store.Batch) error {
 	if now >= g.live {
 		if now < g.back {
 			if err := s.giveBack(ctx, g, false); err != nil {
-				return err
+				return false, err
 			}
 		} else {
 			s.strand(g)
 		}
 	}
-	if s.answer(g, b, now) {
-		return nil
-	}
-	if cost > s.capacity(op) {
-		return s.pass(ctx, g, b, now) // never admitted: the store says so
-	}
-	if op.Params.Algorithm == store.FixedWindow {
+	switch {
+	case s.answer(g, b, now):
+		return false, nil
+	case cost > s.capacity(op):
+		return true, nil // never admitted: the store says so
+	case op.Params.Algorithm == store.FixedWindow:
 		return s.consumeWindow(ctx, g, b, now)
+	default:
+		return false, s.consumeBucket(ctx, g, b, now)
 	}
-	return s.consumeBucket(ctx, g, b, now)
 }
 
 // answer answers b, a consume of g's key, from g's units or its held
@@ -343,9 +418,10 @@ func (s *Store) answer(g *grant, b *store.Batch, now int64) bool {
 	return true
 }
 
-// consumeWindow takes a grant of a fixed window for b, or passes b to the
-// inner store when the window has too little left. Requires g.mu.
-func (s *Store) consumeWindow(ctx context.Context, g *grant, b *store.Batch, now int64) error {
+// consumeWindow takes a grant of a fixed window for b, or reports that b
+// is to be passed on to the inner store when the window has too little
+// left. Requires g.mu (see call).
+func (s *Store) consumeWindow(ctx context.Context, g *grant, b *store.Batch, now int64) (passOn bool, err error) {
 	op := &b.Ops[0]
 	for range 2 {
 		rem := op.Params.Limit
@@ -359,14 +435,14 @@ func (s *Store) consumeWindow(ctx context.Context, g *grant, b *store.Batch, now
 		}
 		res, err := s.take(ctx, g, op, now, max(size, need))
 		if err != nil {
-			return err
+			return false, err
 		}
 		if res.Allowed && g.left >= b.Cost {
 			s.spend(g, b, now)
-			return nil
+			return false, nil
 		}
 	}
-	return s.pass(ctx, g, b, now)
+	return true, nil
 }
 
 // consumeBucket takes a grant of a token bucket for b: burst/Share
@@ -374,7 +450,7 @@ func (s *Store) consumeWindow(ctx context.Context, g *grant, b *store.Batch, now
 // more and covers b, and holds a denial until the grant's tokens are back otherwise. A
 // bucket's grant does not shrink with what is left: a drained bucket
 // refills at its rate, and a grant of a refill's worth of tokens keeps the
-// instances from asking for every token. Requires g.mu.
+// instances from asking for every token. Requires g.mu (see call).
 func (s *Store) consumeBucket(ctx context.Context, g *grant, b *store.Batch, now int64) error {
 	op := &b.Ops[0]
 	need := b.Cost - g.left
@@ -406,11 +482,11 @@ func (s *Store) consumeBucket(ctx context.Context, g *grant, b *store.Batch, now
 }
 
 // take consumes a grant of size units of op's key from the inner store
-// and adds them to g when admitted. Requires g.mu.
+// and adds them to g when admitted. Requires g.mu (see call).
 func (s *Store) take(ctx context.Context, g *grant, op *store.Op, now, size int64) (store.Result, error) {
 	gb := store.Batch{Mode: store.Consume, Now: time.UnixMicro(now), Cost: size,
 		Ops: []store.Op{{Scope: op.Scope, Key: op.Key, Params: op.Params}}}
-	if err := s.inner.Apply(ctx, &gb); err != nil {
+	if err := s.call(ctx, g, &gb); err != nil {
 		return store.Result{}, err
 	}
 	res, stamp := gb.Ops[0].Result, gb.Ops[0].Stamp
@@ -440,13 +516,19 @@ func (s *Store) take(ctx context.Context, g *grant, op *store.Op, now, size int6
 	return res, nil
 }
 
-// pass applies b, a consume of g's key, to the inner store after giving
-// back g's units, and holds the denial it may answer. Requires g.mu.
+// pass applies b, a consume of g's key, to the inner store, and holds the
+// denial it may answer. The call is b's own, not the key's flight: no
+// other decision can use its outcome, so decisions passed on go alongside
+// each other, each within its own deadline, rather than wait for one
+// another. Their answers may come back in any order: what they teach g
+// (the remaining, a held denial) may be a call old, which only sizes
+// grants and holds denials; the inner store decides every unit. Requires
+// g.mu, which it releases during the call.
 func (s *Store) pass(ctx context.Context, g *grant, b *store.Batch, now int64) error {
-	if err := s.giveBack(ctx, g, false); err != nil {
-		return err
-	}
-	if err := s.inner.Apply(ctx, b); err != nil {
+	g.mu.Unlock()
+	err := s.inner.Apply(ctx, b)
+	g.mu.Lock()
+	if err != nil {
 		return err
 	}
 	s.stats.passed.Add(1)
@@ -526,25 +608,71 @@ func (s *Store) capacity(op *store.Op) int64 {
 }
 
 // giveBack refunds g's unspent units to the inner store (or, for a reset,
-// forgets them). Requires g.mu.
+// forgets them). The units leave the grant before the call: a refund that
+// fails strands them, as it may have reached the store. Requires g.mu
+// (see call).
 func (s *Store) giveBack(ctx context.Context, g *grant, reset bool) error {
-	if g.left == 0 {
+	units := g.left
+	if units == 0 {
 		return nil
 	}
-	g.hold = 0
+	g.left, g.live, g.back, g.hold = 0, 0, 0, 0
 	if reset {
-		g.left, g.live, g.back = 0, 0, 0
 		return nil
 	}
-	rb := store.Batch{Mode: store.Refund, Now: time.UnixMicro(g.lastNow), Cost: g.left, Ticket: rand.Uint64() | 1,
+	rb := store.Batch{Mode: store.Refund, Now: time.UnixMicro(g.lastNow), Cost: units, Ticket: rand.Uint64() | 1,
 		Ops: []store.Op{{Scope: g.scope, Key: g.key, Params: g.params, Stamp: g.stamp}}}
-	if err := s.inner.Apply(ctx, &rb); err != nil {
+	if err := s.call(ctx, g, &rb); err != nil {
+		s.stats.stranded.Add(units)
 		return err
 	}
-	s.stats.returned.Add(g.left)
-	g.rem += g.left // the store holds them again
-	g.left, g.live, g.back = 0, 0, 0
+	s.stats.returned.Add(units)
+	g.rem += units // the store holds them again
 	return nil
+}
+
+// call applies cb, a batch of g's key, to the inner store, with g.mu
+// released meanwhile: the key's decisions go on being answered from the
+// grant, and those that need the inner store wait for this call (see
+// consume). The call is the caller's flight until it lands. Requires g.mu,
+// and that no other caller's call for the key is in flight.
+func (s *Store) call(ctx context.Context, g *grant, cb *store.Batch) error {
+	if g.flight == nil {
+		g.flight = &flight{done: make(chan struct{})}
+	}
+	g.mu.Unlock()
+	err := s.inner.Apply(ctx, cb)
+	g.mu.Lock()
+	return err
+}
+
+// land ends the caller's flight for g's key, if it made a call, with err
+// its outcome: the decisions waiting for it fail with err, or, when it
+// succeeded or its caller gave up (ctx done), are decided again. Requires
+// g.mu.
+func land(ctx context.Context, g *grant, err error) {
+	f := g.flight
+	if f == nil {
+		return
+	}
+	g.flight = nil
+	if ctx.Err() == nil {
+		f.err = err
+	}
+	close(f.done)
+}
+
+// wait waits for f, the call in flight for g's key, and returns its
+// failure (nil when it succeeded or its caller gave up), or ctx's when ctx
+// is done first. Requires g.mu, which it releases.
+func wait(ctx context.Context, g *grant, f *flight) error {
+	g.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // strand drops g's unspent units, which can no longer go back: their
@@ -589,22 +717,21 @@ const forgetSweeps = 240
 // releaseTimeout bounds the refunds of one sweep, or of Close.
 const releaseTimeout = 2 * time.Second
 
-// release gives g's units back, or drops g when its window has turned.
-// Requires g.mu.
+// release gives g's units back, or strands them when their window has
+// turned or ctx is done. A key with a call in flight is in use: its units
+// stay. Requires g.mu.
 func (s *Store) release(ctx context.Context, g *grant) {
-	if g.left == 0 {
-		return
-	}
-	if g.lastNow >= g.back || ctx.Err() != nil {
+	switch {
+	case g.left == 0:
+	case g.lastNow >= g.back || ctx.Err() != nil:
 		s.strand(g)
-		return
-	}
-	if s.giveBack(ctx, g, false) != nil {
-		s.strand(g)
+	case g.flight == nil:
+		land(ctx, g, s.giveBack(ctx, g, false)) // a failure strands them
 	}
 }
 
-// each calls f with every grant, its lock held.
+// each calls f with every grant, its lock held (f may release it
+// meanwhile, and returns with it held).
 func (s *Store) each(f func(g *grant)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -612,7 +739,7 @@ func (s *Store) each(f func(g *grant)) {
 		gs := make([]*grant, 0, len(sh.m))
 		for k, g := range sh.m {
 			if g.mu.TryLock() {
-				if g.left == 0 && !g.touched && g.idle > forgetSweeps {
+				if g.left == 0 && g.flight == nil && !g.touched && g.idle > forgetSweeps {
 					g.dead = true // forget keys long unused
 					delete(sh.m, k)
 				}
@@ -638,7 +765,13 @@ func (s *Store) Close() error {
 	<-s.done
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
-	s.each(func(g *grant) { s.release(ctx, g) })
+	s.each(func(g *grant) {
+		for f := g.flight; f != nil && ctx.Err() == nil; f = g.flight {
+			wait(ctx, g, f)
+			g.mu.Lock()
+		}
+		s.release(ctx, g)
+	})
 	return nil
 }
 
@@ -650,7 +783,7 @@ type Stats struct {
 	// Returned is the units given back unspent.
 	Returned int64
 	// Stranded is the units granted and neither spent nor given back:
-	// their window turned first.
+	// their window turned first, or the refund giving them back failed.
 	Stranded int64
 	// Local is the decisions answered from grants or held denials, and
 	// Passed the granted keys' consumes that went to the inner store.

@@ -14,7 +14,8 @@ import (
 )
 
 // TestCoalescedMatchesAlone runs the same random batches (every algorithm
-// and mode, few keys, so batches of one call share keys) through two
+// and mode, reservations and their settlements included, few keys, so
+// batches of one call share keys) through two
 // stores on one server: one sends each batch in its own script call, the
 // other sends them in groups of up to 40 per coalesced call. Every
 // batch's reply must be the same.
@@ -38,12 +39,14 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 		{Algorithm: floodgate.TokenBucket, Limit: 3, Window: time.Second, Burst: 5},
 		{Algorithm: floodgate.GCRA, Limit: 3, Window: time.Second, Burst: 4},
 		{Algorithm: floodgate.Concurrency, Limit: 4, Window: 2 * time.Second},
+		{Algorithm: floodgate.FixedWindow, Limit: 9, Window: time.Second, Holds: true},
+		{Algorithm: floodgate.FixedWindow, Limit: 8, Window: 2 * time.Second, Align: floodgate.AlignClock, Holds: true},
 	}
 	type done struct {
 		b     *store.Batch
 		reply []int64
 	}
-	var admitted []done
+	var admitted, reserved []done
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 7))
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
@@ -65,7 +68,32 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 			default:
 				b.Mode = store.Reset
 			}
-			if b.Mode == store.Refund {
+			switch {
+			case b.Mode == floodgate.ModeConsume && rng.IntN(3) == 0:
+				b.Hold = store.Hold{Units: 1 + int64(rng.IntN(4)), Until: now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond).UnixMicro()}
+			case b.Mode == store.Refund && rng.IntN(2) == 0:
+				b.Mode = store.Settle
+			}
+			if b.Mode == store.Settle {
+				b.Cost = int64(rng.IntN(4))
+				if len(reserved) == 0 || rng.IntN(3) == 0 { // the oldest hold
+					b.Ticket = 0
+					si := len(shapes) - 1 - rng.IntN(2)
+					b.Ops = append(b.Ops, store.Op{Scope: fmt.Sprintf("r%d", si), Key: fmt.Sprintf("k%d", rng.IntN(2)), Params: shapes[si]})
+				} else {
+					d := reserved[rng.IntN(len(reserved))]
+					b.Ticket = d.b.Ticket
+					for i, op := range d.b.Ops {
+						if op.Held {
+							op.Stamp, op.Held = d.reply[2+i*replyPerOp+replyStamp], false
+							b.Ops = append(b.Ops, op)
+						}
+					}
+					if len(b.Ops) == 0 {
+						continue
+					}
+				}
+			} else if b.Mode == store.Refund {
 				if len(admitted) == 0 {
 					continue
 				}
@@ -80,6 +108,7 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 				for range 1 + rng.IntN(3) {
 					si := rng.IntN(len(shapes))
 					op := store.Op{Scope: fmt.Sprintf("r%d", si), Key: fmt.Sprintf("k%d", rng.IntN(2)), Params: shapes[si], Shadow: rng.IntN(8) == 0}
+					op.Held = b.Hold.Units > 0 && op.Params.Holds
 					if !used[op.Scope+op.Key] {
 						used[op.Scope+op.Key] = true
 						b.Ops = append(b.Ops, op)
@@ -119,13 +148,16 @@ func TestCoalescedMatchesAlone(t *testing.T) {
 			if p.c.shape.aligned && !missed(&call{reply: r}) {
 				r = expandAligned(&call{reply: r, spans: p.c.spans}, group[i], opIndexes(group[i]))
 			}
-			if group[i].Mode == floodgate.ModeConsume && r[0] == 1 {
+			switch {
+			case group[i].Mode == floodgate.ModeConsume && r[0] == 1 && group[i].Hold.Units > 0:
+				reserved = append(reserved, done{group[i], r})
+			case group[i].Mode == floodgate.ModeConsume && r[0] == 1:
 				admitted = append(admitted, done{group[i], r})
 			}
 		}
 		batches += len(group)
 	}
-	t.Logf("%d batches compared, %d admitted consumes", batches, len(admitted))
+	t.Logf("%d batches compared, %d admitted consumes, %d reservations", batches, len(admitted), len(reserved))
 }
 
 // TestCoalescedLargeCall sends one call of 64 batches of 30 rules each

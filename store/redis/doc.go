@@ -15,6 +15,7 @@
 // one file per algorithm or family: lib.lua (arithmetic, clock, per-call
 // state cache), fixed.lua (first-hit windows), aligned.lua (clock- and
 // calendar-aligned windows, and their consume in straight lines),
+// holds.lua (the holds of reservations a reservable fixed window keeps),
 // bucket.lua (token bucket and GCRA), sliding.lua, concurrency.lua,
 // args.lua (reading the arguments) and apply.lua (the batches of a call). They are one Redis Functions library whose name
 // carries its version, loaded once per node; a whole decision — every
@@ -58,7 +59,9 @@
 //
 // A rule key's state lives under prefix + "{scope:key}:" + the algorithm
 // (fixed, sliding, bucket, gcra or leases; leases add a sorted set of
-// expiries, refunded tickets a marker). The scope is the limiter's:
+// expiries, a reservable fixed window ("...}:holds") a sorted set of the
+// reservations' holds, "ticket:units:n" scored by when each lapses, refunded
+// and settled tickets a marker). The scope is the limiter's:
 // "limiter/rule@window" (the window, such as "1m", keeps a rule whose
 // window changes from reading the old window's state; see docs/redis.md). The braces are a Cluster
 // hash tag: all of one rule key's data shares a slot. With Options.HashTag
@@ -74,7 +77,8 @@
 // The store then runs the script once per slot, in parallel (one pipelined
 // round trip): each slot checks its rules and charges them only if they
 // all admit. When one slot denies, the store refunds (compensates) the
-// slots that charged, in a second round trip. So:
+// slots that charged, and ends the holds a reservation took there, in a
+// second round trip. So:
 //
 //   - no rule ever admits more than its limit: each slot's check-and-charge
 //     is atomic;
@@ -103,10 +107,11 @@
 // from it. A call of several keys refused with TRYAGAIN is taken apart, one
 // call per op, since keys a call would create exist on neither node for as
 // long as the slot migrates: a consume is then checked and charged per op
-// and compensated as across slots (the bound above holds), a refund first
-// records its ticket spent (a refund of no ops, a call of one key) and
-// gives back per op, and a concurrency op whose two keys exist on neither
-// node has them made first, each alone, meaning no lease. See
+// and compensated as across slots (the bound above holds), a refund or a
+// settlement of a ticket first records its ticket spent (a refund of no
+// ops, a call of one key) and gives back or settles per op, and an op of
+// two keys (a concurrency rule's, a reservable window's) has the one that
+// exists on neither node made first, alone, meaning no key. See
 // docs/redis.md.
 //
 // # Sentinel

@@ -26,12 +26,25 @@ type group struct {
 }
 
 // mode is the script mode g's call runs in: a refund's part is a
-// compensation, its ticket recorded spent already (see apart).
+// compensation and a settle's a settlepart, their ticket recorded spent
+// already (see apart).
 func (g *group) mode(m int) int {
-	if g.part && m == int(store.Refund) {
+	switch {
+	case g.part && m == int(store.Refund):
 		return modeCompensate
+	case g.part && m == int(store.Settle):
+		return modeSettlePart
 	}
 	return m
+}
+
+// again reports whether a call of b in mode m whose connection broke may
+// be sent again: running it twice must not loosen a limit. A compensation
+// would give back twice, a settle part or a settle without a ticket would
+// end a second hold (a settle of a ticket, like a refund, is recorded
+// spent, so that its second run changes nothing).
+func again(b *store.Batch, m int) bool {
+	return m != modeCompensate && m != modeSettlePart && !(m == int(store.Settle) && b.Ticket == 0)
 }
 
 // groups splits b's ops by Cluster slot, in order of first appearance;
@@ -155,7 +168,7 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 			case missed(&g.c):
 				g.ref = g.c.reply[1] // named at the script's reading
 				due = append(due, g)
-			case broken(ctx, g.c.err) && g.mode(mode) != modeCompensate:
+			case broken(ctx, g.c.err) && again(b, g.mode(mode)):
 				due = append(due, g)
 			}
 		}
@@ -197,9 +210,8 @@ func (s *Store) exec(ctx context.Context, b *store.Batch, gs []*group, mode int,
 // A connection the server closed (a restart, a failover) is found dead
 // only when next written to, so the first call on each fails. The call may
 // have run before the connection broke; running it again charges twice,
-// which is stricter, never looser, for every mode but a compensation,
-// whose second run would give back twice; a refund's spent-ticket record
-// makes its second run a no-op.
+// which is stricter, never looser, for every mode but those again excludes;
+// a refund's spent-ticket record makes its second run a no-op.
 func broken(ctx context.Context, err error) bool {
 	var se *serverError
 	var oe *net.OpError

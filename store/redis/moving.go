@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/algo"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -70,23 +71,36 @@ func refusedTryAgain(err error) bool {
 	return errors.As(err, &se) && strings.HasPrefix(se.msg, "TRYAGAIN")
 }
 
-// prime makes a call of one concurrency op on a migrating slot possible
-// when neither of the op's two keys exists: Redis refuses (TRYAGAIN) a call
-// of several keys that are on neither node for as long as the slot
-// migrates. Each key is created alone, by the library's prime function
-// with one key, which Redis sends to the node that holds the key or, on
-// neither, to the slot's target, where the op's call then finds both. Both
-// keys mean what no key means, so priming changes no decision. It is done
-// each time the call is refused, as another call may have released the
-// last lease meanwhile, which deletes both keys.
+// prime makes a call of one op of two keys (a concurrency rule's, or a
+// fixed window's with its holds) on a migrating slot possible when one of
+// them does not exist: Redis refuses (TRYAGAIN) a call of several keys
+// that are not all on one node for as long as the slot migrates. Each
+// missing key is created alone, by the library's prime function with one
+// key, which Redis sends to the node that holds the key or, on neither,
+// to the slot's target, where the op's call then finds both. Every key
+// primed means what no key means, so priming changes no decision. It is
+// done each time the call is refused, as another call may have deleted a
+// key meanwhile (the last lease released, the last hold settled).
 func (s *Store) prime(ctx context.Context, b *store.Batch, g *group, now int64) {
 	op := &b.Ops[g.idx[0]]
-	if op.Params.Algorithm != store.Concurrency {
+	p := &op.Params
+	life := p.Window.Microseconds()
+	var keys [2][2]string // each key and what it is made as
+	switch {
+	case p.Algorithm == store.Concurrency:
+		key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
+		keys = [2][2]string{{key, "state"}, {key + leaseSet, "leases"}}
+	case holding(p) && aligned(p):
+		start, end := algo.WindowAt(p, g.ref)
+		life = end - g.ref
+		keys = [2][2]string{{s.windowKey(op.Scope, op.Key, start), "counter"}, {s.keyOf(op.Scope, op.Key, holdSet), "leases"}}
+	case holding(p):
+		keys = [2][2]string{{s.keyOf(op.Scope, op.Key, suffix[store.FixedWindow]), "state"}, {s.keyOf(op.Scope, op.Key, holdSet), "leases"}}
+	default:
 		return
 	}
-	key := s.keyOf(op.Scope, op.Key, suffix[store.Concurrency])
-	t, w := strconv.FormatInt(now, 10), strconv.FormatInt(op.Params.Window.Microseconds(), 10)
-	for _, k := range [...][2]string{{key, "state"}, {key + leaseSet, "leases"}} {
+	t, w := strconv.FormatInt(now, 10), strconv.FormatInt(max(life, 1000), 10)
+	for _, k := range keys {
 		if s.alone(ctx, func() error {
 			return serverErr(s.c.Do(ctx, s.c.B().Fcall().Function(function+"_prime").Numkeys(1).Key(k[0]).Arg(k[1], t, w).Build()).Error())
 		}) != nil {
@@ -122,11 +136,12 @@ func (s *Store) apart(ctx context.Context, b *store.Batch, g *group, mode int, n
 	if !refusedTryAgain(g.c.err) {
 		return []*group{g}
 	}
-	if len(g.idx) == 1 && (g.part || mode != int(store.Refund)) {
+	once := mode == int(store.Refund) || (mode == int(store.Settle) && b.Ticket != 0)
+	if len(g.idx) == 1 && (g.part || !once) {
 		s.prime(ctx, b, g, now)
 		return []*group{g}
 	}
-	if mode == int(store.Refund) {
+	if once {
 		fresh, err := s.markSpent(ctx, b, g, now, g.ref)
 		switch {
 		case err != nil:

@@ -24,7 +24,7 @@ var scriptFiles embed.FS
 // rolling upgrade) is never called with this version's arguments.
 var library, function = func() (string, string) {
 	var b strings.Builder
-	for _, name := range []string{"lib", "fixed", "aligned", "bucket", "sliding", "concurrency", "args", "apply"} {
+	for _, name := range []string{"lib", "fixed", "aligned", "holds", "bucket", "sliding", "concurrency", "args", "apply"} {
 		src, err := scriptFiles.ReadFile("scripts/" + name + ".lua")
 		if err != nil {
 			panic(err) // embedded: cannot happen
@@ -38,11 +38,13 @@ var library, function = func() (string, string) {
 }()
 
 // Script modes: store.Mode values, plus compensate (a refund that keeps
-// no spent-ticket record) and spend (a refund of no ops: it records the
-// ticket spent and gives nothing back).
-const modeCompensate, modeSpend = 5, 6
+// no spent-ticket record), spend (a refund of no ops: it records the
+// ticket spent and gives nothing back) and settlepart (a settle that
+// keeps no spent-ticket record: see apart). A consume that holds a
+// reservation (Batch.Hold) is named reserve.
+const modeCompensate, modeSpend, modeSettlePart = 6, 7, 8
 
-var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "compensate", "refund"}
+var modeNames = [...]string{"consume", "peek", "record", "refund", "reset", "settle", "compensate", "refund", "settlepart"}
 
 // A batch's reply: allowed and now, then replyPerOp numbers per op.
 const replyPerOp = 5
@@ -76,6 +78,11 @@ var suffix = [...]string{
 
 // leaseSet is the suffix of a concurrency key's sorted set of leases.
 const leaseSet = ":expiry"
+
+// holdSet is the suffix of the sorted set of holds of a fixed window's
+// key whose rule keeps reservations (store.Params.Holds): the rule key's,
+// whatever its window (see scripts/holds.lua).
+const holdSet = ":holds"
 
 // limiterOf returns the limiter part of a scope ("limiter/rule"): the tag
 // of its keys under TagLimiter. A scope without '/' is its own limiter.
@@ -134,6 +141,12 @@ func aligned(p *store.Params) bool {
 	return p.Algorithm == store.FixedWindow && p.Align != store.AlignFirstHit
 }
 
+// holding reports whether p's keys keep reservations' holds, beside their
+// state (a fixed window's).
+func holding(p *store.Params) bool {
+	return p.Holds && p.Algorithm == store.FixedWindow
+}
+
 // windowKey is the counter key of an aligned window of a rule key that
 // starts at start (µs): the rule key's fixed-window state key, ':' and the
 // start in Unix ms.
@@ -150,16 +163,19 @@ func (s *Store) windowKey(scope, key string, start int64) string {
 // in the given mode, in decimal (see scripts/apply.lua), so that MONITOR
 // shows what a decision asked: the batch's head ("consume -1 1 0 1"), one
 // argument, as each argument costs the server about as much as a
-// hundred-line Lua function. now is the time in µs, or -1 for the
-// server's; ref (µs) is the time aligned windows are named at (the script
-// answers a miss when its clock is in another window, and is sent again
-// with its reading as ref); stamps, when not nil, replace the ops' stamps
-// (a compensation's). A refund names its ticket's spent record, beside
-// the first op's state, and how long it lives: as long as the longest
-// window its ops may have charged (algo.TicketLifetime).
+// hundred-line Lua function; a reservation's head goes on with the units
+// held and for how long ("reserve -1 1 77 2 8000 30000000"). now is the
+// time in µs, or -1 for the server's; ref (µs) is the time aligned
+// windows are named at (the script answers a miss when its clock is in
+// another window, and is sent again with its reading as ref); stamps,
+// when not nil, replace the ops' stamps (a compensation's). A refund, and
+// a settle of a ticket, names its ticket's spent record, beside the first
+// op's state, and how long it lives: as long as the longest window its
+// ops may have charged (algo.TicketLifetime).
 func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int64, stamps []int64) {
 	c.keys, c.shape = c.keys[:0], shape{ops: len(idx), now: now}
-	if mode == int(store.Consume) && b.Cost > 0 && allAligned(b, idx) {
+	reserve := b.Mode == store.Consume && b.Hold.Units > 0
+	if mode == int(store.Consume) && b.Cost > 0 && !reserve && allAligned(b, idx) {
 		s.buildAligned(c, b, idx, now, ref)
 		return
 	}
@@ -167,13 +183,21 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 	if mode == modeSpend {
 		ops, c.shape.ops = nil, 0
 	}
-	refund := mode == int(store.Refund) || mode == modeCompensate
-	head := make([]byte, 0, 48)
-	head = append(append(head, modeNames[mode]...), ' ')
+	stamped := mode == int(store.Refund) || mode == modeCompensate || mode == int(store.Settle) || mode == modeSettlePart
+	head := make([]byte, 0, 64)
+	if reserve && mode == int(store.Consume) {
+		head = append(head, "reserve "...)
+	} else {
+		head = append(append(head, modeNames[mode]...), ' ')
+	}
 	head = append(strconv.AppendInt(head, now, 10), ' ')
 	head = append(strconv.AppendInt(head, b.Cost, 10), ' ')
 	head = append(strconv.AppendUint(head, b.Ticket, 10), ' ')
 	head = strconv.AppendInt(head, int64(len(ops)), 10)
+	if reserve && (mode == int(store.Consume) || mode == modeCompensate) {
+		head = strconv.AppendInt(append(head, ' '), b.Hold.Units, 10)
+		head = strconv.AppendInt(append(head, ' '), max(0, b.Hold.Until-b.Now.UnixMicro()), 10)
+	}
 	c.args = append(c.args[:0], string(head))
 	for _, i := range ops {
 		op := &b.Ops[i]
@@ -189,8 +213,11 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 		if op.Params.Algorithm == store.Concurrency {
 			c.keys = append(c.keys, key+leaseSet)
 		}
-		c.args = append(c.args, ruleText(op, start, end))
-		if refund {
+		if holding(&op.Params) {
+			c.keys = append(c.keys, s.keyOf(op.Scope, op.Key, holdSet))
+		}
+		c.args = append(c.args, ruleText(op, start, end, reserve && op.Held))
+		if stamped {
 			stamp := op.Stamp
 			if stamps != nil {
 				stamp = stamps[i]
@@ -198,7 +225,7 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 			c.args = append(c.args, strconv.FormatInt(stamp, 10))
 		}
 	}
-	if mode == int(store.Refund) || mode == modeSpend {
+	if mode == int(store.Refund) || mode == modeSpend || (mode == int(store.Settle) && b.Ticket != 0) {
 		var life int64
 		for _, i := range idx {
 			life = max(life, algo.TicketLifetime(&b.Ops[i].Params))
@@ -209,10 +236,11 @@ func (s *Store) build(c *call, b *store.Batch, idx []int, mode int, now, ref int
 	}
 }
 
-// allAligned reports whether every op at idx of b is an aligned window.
+// allAligned reports whether every op at idx of b is an aligned window
+// that keeps no holds.
 func allAligned(b *store.Batch, idx []int) bool {
 	for _, i := range idx {
-		if !aligned(&b.Ops[i].Params) {
+		if p := &b.Ops[i].Params; !aligned(p) || p.Holds {
 			return false
 		}
 	}
@@ -285,9 +313,10 @@ func expandAligned(c *call, b *store.Batch, idx []int) []int64 {
 
 // ruleText is op's rule as the script reads it, such as
 // "gcra limit=100 window=60000000 burst=20": fields at their defaults
-// (burst 0, align first_hit, no shadow) are left out. An aligned window
-// carries the window [start, end) its key names.
-func ruleText(op *store.Op, start, end int64) string {
+// (burst 0, align first_hit, no shadow, no holds) are left out. An aligned
+// window carries the window [start, end) its key names; held says the op
+// holds the units of the batch's reservation.
+func ruleText(op *store.Op, start, end int64, held bool) string {
 	p := &op.Params
 	t := make([]byte, 0, 96)
 	t = append(t, p.Algorithm.String()...)
@@ -306,6 +335,12 @@ func ruleText(op *store.Op, start, end int64) string {
 	}
 	if op.Shadow {
 		t = append(t, " shadow=1"...)
+	}
+	switch {
+	case held && holding(p):
+		t = append(t, " held=1"...)
+	case holding(p):
+		t = append(t, " holds=1"...)
 	}
 	return string(t)
 }

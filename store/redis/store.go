@@ -180,8 +180,9 @@ func (s *Store) Close() error {
 // (one group outside Cluster, or when every key shares a slot), each group
 // is one script call, atomic on the server, and the replies are copied
 // into the ops. A consume that spans slots and was denied (or failed) on
-// one of them gives back what the others charged (compensate). See the
-// package documentation.
+// one of them gives back what the others charged or held (compensate). A
+// settle's groups are settled each on its own: a ticket's is recorded
+// spent in each group's slot. See the package documentation.
 func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	b.Allowed = false
 	if len(b.Ops) == 0 {
@@ -197,7 +198,7 @@ func (s *Store) Apply(ctx context.Context, b *store.Batch) error {
 	}
 	gs, err := s.exec(ctx, b, s.groups(b), mode, now, ref, nil)
 	if err == nil {
-		b.Allowed = b.Mode == store.Consume
+		b.Allowed = b.Mode == store.Consume || b.Mode == store.Settle
 		for _, g := range gs {
 			b.Allowed = b.Allowed && g.c.reply[0] == 1
 			s.results(b, g, false)
@@ -221,13 +222,18 @@ func (s *Store) results(b *store.Batch, g *group, statusOnly bool) {
 			op.Stamp = 0
 			continue
 		}
-		if b.Mode == store.Refund || b.Mode == store.Reset {
-			if b.Mode == store.Reset {
-				op.Result.Allowed = true
-			}
+		st := v[replyStatus]
+		switch b.Mode {
+		case store.Reset:
+			op.Result.Allowed = true
+			continue
+		case store.Refund:
+			continue
+		case store.Settle: // a peek at 1 but for Allowed: the hold was found
+			op.Result.Allowed, op.Result.Never = st == statusAdmitted, g.c.reply[0] == 1 && op.Params.Limit < 1
+			op.Result.RetryAfter = micros(v[replyRetry])
 			continue
 		}
-		st := v[replyStatus]
 		op.Result.Allowed = st == statusAdmitted || st == statusCharged
 		op.Result.Never, op.Result.RetryAfter = st == statusNever, micros(v[replyRetry])
 		if b.Mode == store.Record || st == statusCharged {

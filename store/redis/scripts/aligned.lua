@@ -7,7 +7,7 @@
 -- in another window is a miss, sent again named at the call's reading. A
 -- window counts, checks and gives back as any fixed window (fixed.lua).
 
-local aligned = {check = fixed.check, take = fixed.take, give = fixed.give, expiry = fixed.expiry, forget = fixed.forget}
+local aligned = {window = true, check = fixed.check, take = fixed.take, give = fixed.give, expiry = fixed.expiry, forget = fixed.forget}
 
 -- add adds n (text: n as the argument INCRBY takes) to key's count, gives
 -- a window's first count its TTL (to the window's end, stop), and returns

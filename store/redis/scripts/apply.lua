@@ -65,8 +65,9 @@ end
 
 -- refund gives back to the stored state (normalized only for in-place
 -- kinds, see algo.Give), which keeps its TTL: it can only reach "nothing
--- held" sooner, and records a refund's ticket spent. The reply reports it
--- brought to now.
+-- held" sooner, and records a refund's ticket spent. The compensation of
+-- a reservation ends the holds it took. The reply reports it brought to
+-- now.
 local function refund(b)
   if b.mode == 'refund' and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
   for j = 1, #b.ops do
@@ -78,7 +79,11 @@ local function refund(b)
     if op.exists and op.kind.inplace and not op.kind.normalize(op) then return miss() end
   end
   for j = 1, #b.ops do local op = b.ops[j]
-    if op.exists then
+    if op.kind.holds and op.held then
+      holds.take(op, op.ticket) -- live: a lapsed one goes with the others
+      persist(op)
+      op.rem, op.reset = op.kind.status(op)
+    elseif op.exists then
       op.kind.give(op, b.cost, op.stamp)
       if op.kind.inplace then
         op.rem, op.reset = op.kind.status(op)
@@ -117,7 +122,7 @@ local function decide(b)
       if not op.ok and not op.shadow then allowed = false end
     end
   end
-  local charge = allowed and b.mode == 'consume'
+  local charge = allowed and (b.mode == 'consume' or b.mode == 'reserve')
   for j = 1, #b.ops do local op = b.ops[j]
     if charge and op.ok then op.out, op.took = op.kind.take(op, b.cost), true end
     op.rem, op.reset = op.kind.status(op)
@@ -126,11 +131,50 @@ local function decide(b)
   return reply(b, charge)
 end
 
+-- settle ends a reservation's hold on each op's key and charges the units
+-- used (the batch's cost) in its place, into the window named by the op's
+-- stamp while it is the key's current one; a hold that has lapsed is
+-- charged for all the same. A ticket is settled once (b.spent records
+-- it; a settlepart is a part of a settle that recorded it, see
+-- store/redis/moving.go). Without a ticket (0) it ends the oldest live
+-- hold, whoever took it, and charges the current window. Only fixed
+-- windows are charged. An op's status says whether a hold was found (1)
+-- or not (0); the rest of its reply is a peek at 1.
+local function settle(b)
+  local once = b.mode == 'settle' and b.ticket ~= '0'
+  if once and redis.call('EXISTS', b.spent) == 1 then return reply(b, false) end
+  for j = 1, #b.ops do local op = b.ops[j]
+    op.kind.load(op)
+    if op.kind.missed and op.kind.missed(op) then return miss() end
+  end
+  for j = 1, #b.ops do local op = b.ops[j]
+    if op.kind.window then
+      local current = op.live and now < op.c and op.stamp == op.a
+      local found = false
+      if op.kind.holds then
+        if b.ticket == '0' then found = holds.oldest(op) else found = holds.take(op, b.ticket) end
+      end
+      op.kind.normalize(op) -- cannot miss; opens a window only in memory
+      -- A charge writes even when nothing was used: a window left counting
+      -- and holding nothing is then forgotten.
+      local charge = b.ticket == '0' or current
+      if charge then op.kind.take(op, b.cost) end
+      if found or charge then persist(op) end
+      local _
+      op.ok, op.rem, op.reset = found, op.kind.status(op)
+      _, _, op.retry = op.kind.check(op, 1)
+    end
+  end
+  if once then redis.call('SET', b.spent, '1', 'PX', ttl(now + b.keep)) end
+  return reply(b, true)
+end
+
 local function run(b)
   prefetch()
   settime(b.now)
   if b.mode == 'reset' then return reset(b) end
   if b.mode == 'refund' or b.mode == 'compensate' then return refund(b) end
+  if b.mode == 'settle' or b.mode == 'settlepart' then return settle(b) end
   return decide(b)
 end
 

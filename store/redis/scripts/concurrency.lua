@@ -121,18 +121,27 @@ end
 function leases.forget(op) redis.call('DEL', op.key, op.lkey) end
 
 -- prime is the library's second function, for a Cluster slot being
--- migrated (see store/redis/moving.go): it makes KEYS[1], one of a
--- concurrency rule key's two keys, exist if it does not, as ARGV[1] says:
--- 'state' (n=0, no lease) or 'leases' (one placeholder lease, long lapsed,
--- which the next call drops). Both mean what no key means. The key expires
--- ARGV[3] µs (the rule's window) after now (ARGV[2]: µs, or -1 for the
--- server's TIME).
+-- migrated (see store/redis/moving.go): it makes KEYS[1], one of an op's
+-- two keys (a concurrency rule key's, or a fixed window's and its holds),
+-- exist if it does not, as ARGV[1] says: 'state' (a hash, n=0: no lease,
+-- or a first-hit window not opened), 'counter' (an aligned window's count,
+-- 0) or 'leases' (a sorted set of one placeholder lease or hold, long
+-- lapsed, which the next call that writes it drops). Each means what no
+-- key means. The key expires ARGV[3] µs (the rule's window, or what is
+-- left of an aligned one) after now (ARGV[2]: µs, or -1 for the server's
+-- TIME).
 local function prime(keys, args)
   begin(keys, args)
   settime(tonumber(args[2]))
-  local key = keys[1]
+  local key, kind = keys[1], args[1]
   if redis.call('EXISTS', key) == 0 then
-    if args[1] == 'state' then redis.call('HSET', key, 'n', 0) else redis.call('ZADD', key, 0, '') end
+    if kind == 'state' then
+      redis.call('HSET', key, 'n', 0)
+    elseif kind == 'counter' then
+      redis.call('SET', key, '0')
+    else
+      redis.call('ZADD', key, 0, '')
+    end
     redis.call('PEXPIRE', key, ttl(now + tonumber(args[3])))
   end
   return 0

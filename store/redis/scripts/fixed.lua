@@ -11,7 +11,7 @@
 -- of a call's decisions charge it; a window's first charge gives it that
 -- TTL.
 
-local fixed = {}
+local fixed = {window = true}
 ALG.fixed_window = fixed
 
 -- load reads the stored window: its count b and its end c.

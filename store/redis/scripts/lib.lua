@@ -1,5 +1,5 @@
 -- floodgate: what every algorithm's script shares. The scripts are one
--- Redis Functions library, in the order lib, fixed, aligned, bucket,
+-- Redis Functions library, in the order lib, fixed, aligned, holds, bucket,
 -- sliding, concurrency, args, apply (see apply.lua for the call): the
 -- library is loaded once per node, and each call runs only a function:
 -- the decisions' (apply.lua) or, on a migrating Cluster slot, prime
