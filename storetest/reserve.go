@@ -411,6 +411,18 @@ func testReservations(t *testing.T, newStore func(*testing.T) store.Store) {
 		if d := f.admit(acme, 100); d.ResetAfter != time.Minute {
 			t.Fatalf("after a lapsed hold settled with nothing used: %+v, want all 100 admitted in a window of its own", d)
 		}
+		// A key reset in the instant its hold was taken opens, at once, the
+		// window the hold names: settling it charges that window.
+		f = newFixture(t, store, "reserve-first-hit-reset", nil, first)
+		tk = f.reserved(acme, 50, time.Hour)
+		if err := f.lim.Reset(f.ctx, acme); err != nil {
+			t.Fatal(err)
+		}
+		f.settle(tk, 30, floodgate.Lapsed)
+		f.clock.Advance(time.Second)
+		if d := f.admit(acme, 70); d.ResetAfter != time.Minute-time.Second {
+			t.Fatalf("after a reset and a settle of 30 in the hold's instant: %+v, want 70 admitted in the window the hold named", d)
+		}
 	})
 	t.Run("settle_oldest", func(t *testing.T) {
 		f := newFixture(t, store, "reserve-oldest", nil, budgetRule(100))

@@ -149,15 +149,17 @@ local function settle(b)
   end
   for j = 1, #b.ops do local op = b.ops[j]
     if op.kind.window then
-      local current = op.live and now < op.c and op.stamp == op.a
       local found = false
       if op.kind.holds then
         if b.ticket == '0' then found = holds.oldest(op) else found = holds.take(op, b.ticket) end
       end
       op.kind.normalize(op) -- cannot miss; opens a window only in memory
-      -- A charge writes even when nothing was used: a window left counting
-      -- and holding nothing is then forgotten.
-      local charge = b.ticket == '0' or current
+      -- With a ticket, the units are charged while the window the hold was
+      -- taken in is the key's current one: one that opens now is, if the
+      -- hold was taken now (the key was reset since). A charge writes even
+      -- when nothing was used: a window left counting and holding nothing
+      -- is then forgotten.
+      local charge = b.ticket == '0' or op.stamp == op.a
       if charge then op.kind.take(op, b.cost) end
       if found or charge then persist(op) end
       local _
