@@ -18,28 +18,39 @@ import (
 
 // sheet is one store call in the making and, once answered, its answers:
 // the applied rules, each with its key, its limits for this request and
-// the store's answer. Decision, Outcome and Event are read off it. (It
-// holds the time as a number: a time.Time holds a pointer, which an Event
-// handed to an observer would take to the heap with the sheet and the
-// caller's array of its rules.)
+// the store's answer. Decision, Outcome and Event are read off it. Its
+// first store.MaxCallOps rules are kept as the store.Call that decides
+// them and the store.Answer it gets, so that a store that binds is handed
+// the call as it stands and its answer is the sheet's (the commonest
+// decision copies neither rule by rule); the rules past them are in more.
+// (It holds the time as a number: a time.Time holds a pointer, which an
+// Event handed to an observer would take to the heap with the sheet and
+// the caller's array of its rules.)
 type sheet struct {
-	mode     Mode
-	cost     int64
-	hold     store.Hold // a reservation's (Reserve): held by the reservable rules
-	ticket   uint64
-	now      int64 // µs since the Unix epoch, by the limiter's clock
-	admitted bool  // a consume was admitted and charged
-	applied  few[applied]
+	// call is the decision (Mode, Now µs since the Unix epoch by the
+	// limiter's clock, Cost, Ticket, and a reservation's Hold, held by
+	// the reservable rules) and its first ops: each rule's index, key,
+	// limits where this request changes them (0 where it does not),
+	// stamp (an input of refund and settle) and whether it holds the
+	// Hold.
+	call store.Call
+	// ans is the store's answer to call: Allowed, a consume was admitted
+	// and charged, and each rule's result and stamp (an output of
+	// consume and record).
+	ans   store.Answer
+	n     int // applied rules
+	rules [store.MaxCallOps]*compiledRule
+	more  []applied // the applied rules past the first store.MaxCallOps
 }
 
-// applied is one applied rule of a decision: its key, its limits for this
-// request, and the store's answer.
+// applied is one applied rule of a decision past a sheet's call: its key,
+// its limits for this request (0: the rule's), and the store's answer.
 type applied struct {
 	rule         *compiledRule
 	key          string
 	limit, burst int64
-	held         bool  // the rule holds the sheet's hold (a reservation)
-	stamp        int64 // an output of consume and record, an input of refund and settle
+	held         bool
+	stamp        int64 // an input of refund and settle, an output of consume and record
 	res          store.Result
 }
 
@@ -49,15 +60,84 @@ type holdAsk struct {
 	time  time.Duration
 }
 
-// add appends rule r's op for key under limit and burst, and returns it.
-func (sh *sheet) add(r *compiledRule, key string, limit, burst int64) *applied {
-	a := sh.applied.next()
-	a.rule, a.key, a.limit, a.burst = r, key, limit, burst
-	return a
+// add appends rule r's op for key under limit and burst where they are
+// not r's (0 where they are), holding the sheet's Hold when held, with
+// stamp (a refund's and a settlement's).
+func (sh *sheet) add(r *compiledRule, key string, limit, burst int64, held bool, stamp int64) {
+	i := sh.n
+	if i >= store.MaxCallOps {
+		sh.more = append(sh.more, applied{rule: r, key: key, limit: limit, burst: burst, held: held, stamp: stamp})
+		sh.n++
+		return
+	}
+	c := &sh.call
+	sh.rules[i], c.Rules[i], c.Keys[i], c.Held[i], c.Stamps[i] = r, r.index, key, held, stamp
+	c.Limits[i], c.Bursts[i] = limit, burst
+	sh.n, c.N = i+1, i+1
 }
 
-// rules are the applied rules.
-func (sh *sheet) rules() []applied { return sh.applied.all() }
+// op is rule i's op as a store is sent it: its rule, key, limits where
+// they are not the rule's (0 where they are), whether it holds the Hold,
+// and its stamp.
+func (sh *sheet) op(i int) (r *compiledRule, key string, limit, burst int64, held bool, stamp int64) {
+	if i < store.MaxCallOps {
+		c := &sh.call
+		return sh.rules[i], c.Keys[i], c.Limits[i], c.Bursts[i], c.Held[i], c.Stamps[i]
+	}
+	a := &sh.more[i-store.MaxCallOps]
+	return a.rule, a.key, a.limit, a.burst, a.held, a.stamp
+}
+
+// limits are rule i's limit and burst for this request.
+func (sh *sheet) limits(i int) (limit, burst int64) {
+	r, _, limit, burst, _, _ := sh.op(i)
+	if limit == 0 {
+		limit = r.params.Limit
+	}
+	if burst == 0 {
+		burst = r.params.Burst
+	}
+	return limit, burst
+}
+
+// results are the sheet's rules and the store's results for them, in
+// order: its call's and answer's, or, past store.MaxCallOps rules, all of
+// them gathered in slices of their own.
+func (sh *sheet) results() ([]*compiledRule, []store.Result) {
+	if sh.n <= store.MaxCallOps {
+		return sh.rules[:sh.n], sh.ans.Results[:sh.n]
+	}
+	rules := append(make([]*compiledRule, 0, sh.n), sh.rules[:]...)
+	res := append(make([]store.Result, 0, sh.n), sh.ans.Results[:]...)
+	for i := range sh.more {
+		rules, res = append(rules, sh.more[i].rule), append(res, sh.more[i].res)
+	}
+	return rules, res
+}
+
+// answer is where the store's answer to rule i goes: its result and stamp.
+func (sh *sheet) answer(i int) (*store.Result, *int64) {
+	if i < store.MaxCallOps {
+		return &sh.ans.Results[i], &sh.ans.Stamps[i]
+	}
+	a := &sh.more[i-store.MaxCallOps]
+	return &a.res, &a.stamp
+}
+
+// res is the store's result for rule i.
+func (sh *sheet) res(i int) *store.Result {
+	res, _ := sh.answer(i)
+	return res
+}
+
+// overrides are p's limits where they are not r's (0 where they are), as
+// a sheet carries them.
+func (r *compiledRule) overrides(p *store.Params) (limit, burst int64) {
+	if p.Limit == r.params.Limit && p.Burst == r.params.Burst {
+		return 0, 0
+	}
+	return p.Limit, p.Burst
+}
 
 // decide makes one decision of mode and cost for a request with attrs
 // or, from AllowKey, for key, the key of every rule keyed on one attribute
@@ -75,25 +155,25 @@ func (l *Limiter) decide(ctx context.Context, mode Mode, cost int64, attrs Attri
 // decideRules is decide on the limiter's rules, any number of them.
 func (l *Limiter) decideRules(ctx context.Context, mode Mode, cost int64, attrs Attributes, key string, h *holdAsk, o *Outcome) (d Decision) {
 	now := l.clock.Now()
-	sh := sheet{mode: mode, cost: cost, now: now.UnixMicro()}
+	sh := sheet{call: store.Call{Mode: mode, Cost: cost, Now: now.UnixMicro()}}
 	if h != nil {
-		sh.hold = store.Hold{Units: h.units, Until: sh.now + h.time.Microseconds()}
+		sh.call.Hold = store.Hold{Units: h.units, Until: sh.call.Now + h.time.Microseconds()}
 	}
 	err := l.bind(ctx, attrs, key, &sh)
-	if err == nil && sh.applied.n > 0 {
+	if err == nil && sh.n > 0 {
 		if mode != ModePeek && (o != nil || l.leases) {
-			sh.ticket = rand.Uint64() | 1 // the lease id, and the ticket's
+			sh.call.Ticket = rand.Uint64() | 1 // the lease id, and the ticket's
 		}
 		err = l.exec(ctx, &sh)
 	}
 	switch {
 	case err != nil:
 		d = l.failed(ctx, &sh, err)
-	case sh.applied.n == 0:
+	case sh.n == 0:
 		d.Allowed = true // no rule applies to this request
-	case sh.applied.n == 1:
-		a := &sh.applied.inline[0]
-		ruleVerdict(&d, a.rule, mode, sh.admitted, &a.res, a.limit)
+	case sh.n == 1:
+		limit, _ := sh.limits(0)
+		ruleVerdict(&d, sh.rules[0], mode, sh.ans.Allowed, &sh.ans.Results[0], limit)
 	default:
 		verdict(&d, &sh)
 	}
@@ -124,9 +204,9 @@ func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, attrs At
 	res, stamp, admitted := l.bound.One(mode, now.UnixMicro(), cost, ticket, key, 0, 0)
 	ruleVerdict(&d, r, mode, admitted, &res, r.params.Limit)
 	if o != nil || l.observer != nil {
-		sh := sheet{mode: mode, cost: cost, ticket: ticket, now: now.UnixMicro(), admitted: admitted}
-		a := sh.add(r, key, r.params.Limit, r.params.Burst)
-		a.res, a.stamp = res, stamp
+		sh := sheet{call: store.Call{Mode: mode, Cost: cost, Ticket: ticket, Now: now.UnixMicro()}}
+		sh.add(r, key, 0, 0, false, 0)
+		sh.ans.Allowed, sh.ans.Results[0], sh.ans.Stamps[0] = admitted, res, stamp
 		l.report(ctx, &sh, now, d, true, o)
 	}
 	return d
@@ -138,6 +218,7 @@ func (l *Limiter) decideOne(ctx context.Context, mode Mode, cost int64, attrs At
 // returns its error: the rules before it are the decision's; and, under
 // RequireKeys, at a keyed rule without a key, with a *KeyError.
 func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *sheet) error {
+	held := sh.call.Hold.Units > 0
 	for _, r := range l.rules {
 		key := byKey
 		if key == "" || len(r.Key) == 0 {
@@ -149,49 +230,28 @@ func (l *Limiter) bind(ctx context.Context, attrs Attributes, byKey string, sh *
 			}
 			continue
 		}
-		limit, burst := r.params.Limit, r.params.Burst
+		var limit, burst int64 // the rule's
 		if r.Overrides != nil || r.LimitFunc != nil {
 			p, err := r.paramsFor(ctx, attrs)
 			if err != nil {
 				return err
 			}
-			limit, burst = p.Limit, p.Burst
+			limit, burst = r.overrides(&p)
 		}
-		sh.add(r, key, limit, burst).held = r.Reservable && sh.hold.Units > 0
+		sh.add(r, key, limit, burst, held && r.Reservable, 0)
 	}
 	return nil
 }
 
-// exec has the store decide sh in one call and fills in its answers: by
-// value when the store binds (the memory store), and its decision fits in
-// a store.Call; else as a Batch.
+// exec has the store decide sh in one call and fills in its answers: the
+// sheet's call as it stands when the store binds (the memory store) and
+// the decision fits in it; else as a Batch.
 func (l *Limiter) exec(ctx context.Context, sh *sheet) error {
-	if l.bound == nil || sh.applied.n > store.MaxCallOps {
+	if l.bound == nil || sh.n > store.MaxCallOps {
 		return l.send(ctx, sh)
 	}
-	c := store.Call{Mode: sh.mode, Now: sh.now, Cost: sh.cost, Ticket: sh.ticket, N: sh.applied.n, Hold: sh.hold}
-	rs := sh.rules()
-	for i := range rs {
-		a := &rs[i]
-		c.Rules[i], c.Keys[i], c.Stamps[i], c.Held[i] = a.rule.index, a.key, a.stamp, a.held
-		c.Limits[i], c.Bursts[i] = a.overrides()
-	}
-	ans := l.bound.Decide(c)
-	sh.admitted = ans.Allowed
-	for i := range rs {
-		rs[i].res, rs[i].stamp = ans.Results[i], ans.Stamps[i]
-	}
+	sh.ans = l.bound.Decide(sh.call)
 	return nil
-}
-
-// overrides are a's limits where they are not its rule's (0 where they
-// are), as a store.Call carries them.
-func (a *applied) overrides() (limit, burst int64) {
-	p := &a.rule.params
-	if a.limit == p.Limit && a.burst == p.Burst {
-		return 0, 0
-	}
-	return a.limit, a.burst
 }
 
 // send has the store apply sh as a Batch (pooled: a Batch crosses the
@@ -199,21 +259,21 @@ func (a *applied) overrides() (limit, burst int64) {
 func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 	b := l.batches.Get().(*store.Batch)
 	defer l.batches.Put(b)
-	*b = store.Batch{Mode: sh.mode, Now: time.UnixMicro(sh.now), Cost: sh.cost, Ticket: sh.ticket, Hold: sh.hold, Ops: b.Ops[:0]}
-	rs := sh.rules()
-	for i := range rs {
-		a := &rs[i]
-		r := a.rule
+	c := &sh.call
+	*b = store.Batch{Mode: c.Mode, Now: time.UnixMicro(c.Now), Cost: c.Cost, Ticket: c.Ticket, Hold: c.Hold, Ops: b.Ops[:0]}
+	for i := range sh.n {
+		r, key, _, _, held, stamp := sh.op(i)
 		p := r.params
-		p.Limit, p.Burst = a.limit, a.burst
-		b.Ops = append(b.Ops, store.Op{Scope: r.scope, Key: a.key, Params: p, Shadow: r.shadow, Held: a.held, Grant: r.Grant, Stamp: a.stamp})
+		p.Limit, p.Burst = sh.limits(i)
+		b.Ops = append(b.Ops, store.Op{Scope: r.scope, Key: key, Params: p, Shadow: r.shadow, Held: held, Grant: r.Grant, Stamp: stamp})
 	}
 	if err := l.store.Apply(ctx, b); err != nil {
 		return err
 	}
-	sh.admitted = b.Allowed
-	for i := range rs {
-		rs[i].res, rs[i].stamp = b.Ops[i].Result, b.Ops[i].Stamp
+	sh.ans.Allowed = b.Allowed
+	for i := range sh.n {
+		res, stamp := sh.answer(i)
+		*res, *stamp = b.Ops[i].Result, b.Ops[i].Stamp
 	}
 	return nil
 }
@@ -225,32 +285,32 @@ func (l *Limiter) send(ctx context.Context, sh *sheet) error {
 // (the one that resets last among equals), on a shadow rule only if all
 // are shadows.
 func verdict(d *Decision, sh *sheet) {
-	rs := sh.rules()
+	rules, rs := sh.results()
 	denies, fewest, fewestShadow := -1, -1, -1
 	for i := range rs {
-		r := &rs[i].res
-		if rs[i].rule.shadow {
+		r := &rs[i]
+		if rules[i].shadow {
 			d.ShadowDenied = d.ShadowDenied || !r.Allowed
-			if fewestShadow < 0 || fewer(r, &rs[fewestShadow].res) {
+			if fewestShadow < 0 || fewer(r, &rs[fewestShadow]) {
 				fewestShadow = i
 			}
 			continue
 		}
-		if fewest < 0 || fewer(r, &rs[fewest].res) {
+		if fewest < 0 || fewer(r, &rs[fewest]) {
 			fewest = i
 		}
-		if !r.Allowed && (denies < 0 || longer(r, &rs[denies].res)) {
+		if !r.Allowed && (denies < 0 || longer(r, &rs[denies])) {
 			denies = i
 		}
 	}
 	d.Allowed = denies < 0
-	if sh.mode == ModeConsume {
-		d.Allowed = sh.admitted
+	if sh.call.Mode == ModeConsume {
+		d.Allowed = sh.ans.Allowed
 	}
 	bind := denies
 	switch {
 	case !d.Allowed:
-		r := &rs[bind].res
+		r := &rs[bind]
 		d.Reason, d.Never = ReasonLimit, r.Never
 		if !d.Never {
 			d.RetryAfter = r.RetryAfter
@@ -260,9 +320,10 @@ func verdict(d *Decision, sh *sheet) {
 	default:
 		bind = fewestShadow
 	}
-	a := &rs[bind]
-	d.Rule, d.Limit = a.rule.Name, a.limit
-	d.Remaining, d.ResetAfter = a.res.Remaining, a.res.ResetAfter
+	r := &rs[bind]
+	d.Rule = rules[bind].Name
+	d.Limit, _ = sh.limits(bind)
+	d.Remaining, d.ResetAfter = r.Remaining, r.ResetAfter
 }
 
 // fewer reports whether r leaves fewer units than b, or as many and
@@ -312,10 +373,11 @@ func (l *Limiter) failed(ctx context.Context, sh *sheet, err error) Decision {
 			d.RetryAfter = max(re.RetryIn, time.Second)
 		}
 	}
-	if sh.applied.n > 0 {
-		d.Rule, d.Limit = sh.applied.inline[0].rule.Name, sh.applied.inline[0].limit
+	if sh.n > 0 {
+		d.Rule = sh.rules[0].Name
+		d.Limit, _ = sh.limits(0)
 	}
-	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, sh.now)
+	l.logFailure(ctx, "floodgate: store failed; decided by failure policy", err, sh.call.Now)
 	return d
 }
 

@@ -29,8 +29,8 @@ func (l *Limiter) GiveBack(ctx context.Context, attrs Attributes, n int64) error
 		return nil
 	}
 	// A ticket of its own: the store marks it spent, so it applies once.
-	sh := sheet{mode: store.Refund, cost: n, ticket: rand.Uint64() | 1, now: l.clock.Now().UnixMicro()}
-	now := sh.now
+	sh := sheet{call: store.Call{Mode: store.Refund, Cost: n, Ticket: rand.Uint64() | 1, Now: l.clock.Now().UnixMicro()}}
+	now := sh.call.Now
 	for _, r := range l.rules {
 		key := r.keyFor(attrs)
 		if key == "" {
@@ -41,10 +41,11 @@ func (l *Limiter) GiveBack(ctx context.Context, attrs Attributes, n int64) error
 			return err
 		}
 		if stamp, ok := algo.StampAt(&p, now); ok {
-			sh.add(r, key, p.Limit, p.Burst).stamp = stamp
+			limit, burst := r.overrides(&p)
+			sh.add(r, key, limit, burst, false, stamp)
 		}
 	}
-	if sh.applied.n == 0 {
+	if sh.n == 0 {
 		return nil
 	}
 	if err := l.exec(ctx, &sh); err != nil {

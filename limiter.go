@@ -338,16 +338,17 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 	if !t.Until.IsZero() {
 		return l.Release(ctx, t) // a reservation's
 	}
-	sh := sheet{mode: store.Refund, cost: t.Cost, ticket: t.ID, now: l.clock.Now().UnixMicro()}
+	sh := sheet{call: store.Call{Mode: store.Refund, Cost: t.Cost, Ticket: t.ID, Now: l.clock.Now().UnixMicro()}}
 	for _, e := range t.Entries {
 		r := l.byName[e.Rule]
 		if r == nil {
 			continue // the rule was removed since: nothing to give back
 		}
 		p := r.refundParams(e)
-		sh.add(r, e.Key, p.Limit, p.Burst).stamp = e.Stamp
+		limit, burst := r.overrides(&p)
+		sh.add(r, e.Key, limit, burst, false, e.Stamp)
 	}
-	if sh.applied.n == 0 {
+	if sh.n == 0 {
 		return nil
 	}
 	if err := l.exec(ctx, &sh); err != nil {
@@ -359,13 +360,13 @@ func (l *Limiter) Refund(ctx context.Context, t Ticket) error {
 
 // Reset forgets the state of every rule's key for attrs (an admin action).
 func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
-	sh := sheet{mode: store.Reset, now: l.clock.Now().UnixMicro()}
+	sh := sheet{call: store.Call{Mode: store.Reset, Now: l.clock.Now().UnixMicro()}}
 	for _, r := range l.rules {
 		if key := r.keyFor(attrs); key != "" {
-			sh.add(r, key, r.params.Limit, r.params.Burst)
+			sh.add(r, key, 0, 0, false, 0)
 		}
 	}
-	if sh.applied.n == 0 {
+	if sh.n == 0 {
 		return nil
 	}
 	return l.exec(ctx, &sh)
@@ -374,28 +375,28 @@ func (l *Limiter) Reset(ctx context.Context, attrs Attributes) error {
 // ruleDecisions is what each rule of sh decided, given the decision d.
 // When the store did not answer, each rule carries the decision's verdict.
 func ruleDecisions(sh *sheet, d Decision, answered bool) []RuleDecision {
-	if sh.applied.n == 0 {
+	if sh.n == 0 {
 		return nil
 	}
-	rs := sh.rules()
-	out := make([]RuleDecision, len(rs))
-	for i := range rs {
-		a, r := &rs[i], rs[i].rule
+	out := make([]RuleDecision, sh.n)
+	for i := range out {
+		r, key, _, _, held, _ := sh.op(i)
+		limit, burst := sh.limits(i)
 		rd := &out[i]
-		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, a.key, r.shadow, a.limit, r.Algorithm
-		rd.Capacity = a.limit
+		rd.Name, rd.Key, rd.Shadow, rd.Limit, rd.algorithm = r.Name, key, r.shadow, limit, r.Algorithm
+		rd.Capacity = limit
 		if r.Algorithm == TokenBucket || r.Algorithm == GCRA { // compiling sets Burst for these
-			rd.Capacity = a.burst
+			rd.Capacity = burst
 		}
 		if !answered {
 			rd.Allowed = d.Allowed
 			continue
 		}
-		res := &a.res
+		res, stamp := sh.answer(i)
 		rd.Allowed, rd.Never = res.Allowed, res.Never
 		rd.Remaining, rd.ResetAfter, rd.RetryAfter = res.Remaining, res.ResetAfter, res.RetryAfter
-		rd.stamp, rd.held = a.stamp, a.held
-		rd.took = sh.mode == ModeConsume && sh.admitted && res.Allowed
+		rd.stamp, rd.held = *stamp, held
+		rd.took = sh.call.Mode == ModeConsume && sh.ans.Allowed && res.Allowed
 	}
 	return out
 }

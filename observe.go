@@ -73,9 +73,10 @@ func (l *Limiter) weight(d *Decision) int64 {
 // drawn into the sample.
 func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decision, answered bool, o *Outcome) {
 	if o != nil {
-		*o = Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: sh.ticket, cost: sh.cost, until: sh.hold.Until}
-		if sh.hold.Units > 0 {
-			o.cost = sh.hold.Units // what the ticket's holds are
+		c := &sh.call
+		*o = Outcome{Decision: d, Rules: ruleDecisions(sh, d, answered), limiter: l.name, id: c.Ticket, cost: c.Cost, until: c.Hold.Until}
+		if c.Hold.Units > 0 {
+			o.cost = c.Hold.Units // what the ticket's holds are
 		}
 	}
 	if l.observer == nil {
@@ -85,9 +86,10 @@ func (l *Limiter) report(ctx context.Context, sh *sheet, now time.Time, d Decisi
 	if w == 0 {
 		return
 	}
-	e := Event{Limiter: l.name, Mode: sh.mode, Cost: sh.cost, Time: now, Decision: d, Weight: w}
-	for _, a := range sh.rules() {
-		e.AddRule(RuleEvent{Rule: a.rule.Name, Key: a.key, Denied: answered && !a.res.Allowed, Shadow: a.rule.shadow, Failed: !answered})
+	e := Event{Limiter: l.name, Mode: sh.call.Mode, Cost: sh.call.Cost, Time: now, Decision: d, Weight: w}
+	for i := range sh.n {
+		r, key, _, _, _, _ := sh.op(i)
+		e.AddRule(RuleEvent{Rule: r.Name, Key: key, Denied: answered && !sh.res(i).Allowed, Shadow: r.shadow, Failed: !answered})
 	}
 	l.observer(ctx, e)
 }

@@ -87,11 +87,12 @@ func (l *Limiter) Settle(ctx context.Context, t Ticket, used int64) (Settlement,
 	case t.Limiter != l.name:
 		return 0, ErrForeignTicket
 	}
-	sh := sheet{mode: store.Settle, cost: used, ticket: t.ID, now: l.clock.Now().UnixMicro()}
+	sh := sheet{call: store.Call{Mode: store.Settle, Cost: used, Ticket: t.ID, Now: l.clock.Now().UnixMicro()}}
 	for _, e := range t.Entries {
 		if r := l.byName[e.Rule]; r != nil && r.Reservable {
 			p := r.refundParams(e)
-			sh.add(r, e.Key, p.Limit, p.Burst).stamp = e.Stamp
+			limit, burst := r.overrides(&p)
+			sh.add(r, e.Key, limit, burst, false, e.Stamp)
 		}
 	}
 	return l.settle(ctx, &sh)
@@ -112,7 +113,7 @@ func (l *Limiter) SettleOldest(ctx context.Context, attrs Attributes, used int64
 	if used < 0 {
 		return 0, sprintfErr("floodgate: limiter %q: settled usage %d must not be negative", l.name, used)
 	}
-	sh := sheet{mode: store.Settle, cost: used, now: l.clock.Now().UnixMicro()}
+	sh := sheet{call: store.Call{Mode: store.Settle, Cost: used, Now: l.clock.Now().UnixMicro()}}
 	for _, r := range l.rules {
 		if !r.Reservable {
 			continue
@@ -125,25 +126,26 @@ func (l *Limiter) SettleOldest(ctx context.Context, attrs Attributes, used int64
 		if err != nil {
 			return 0, err
 		}
-		sh.add(r, key, p.Limit, p.Burst)
+		limit, burst := r.overrides(&p)
+		sh.add(r, key, limit, burst, false, 0)
 	}
 	return l.settle(ctx, &sh)
 }
 
 // settle has the store settle sh and says what it found.
 func (l *Limiter) settle(ctx context.Context, sh *sheet) (Settlement, error) {
-	if sh.applied.n == 0 {
+	if sh.n == 0 {
 		return Settled, nil
 	}
 	if err := l.exec(ctx, sh); err != nil {
 		l.logger.WarnContext(ctx, "floodgate: settlement not applied", "limiter", l.name, "err", err)
 		return 0, err
 	}
-	if !sh.admitted {
+	if !sh.ans.Allowed {
 		return AlreadySettled, nil
 	}
-	for _, a := range sh.rules() {
-		if !a.res.Allowed {
+	for i := range sh.n {
+		if !sh.res(i).Allowed {
 			return Lapsed, nil
 		}
 	}
