@@ -36,7 +36,12 @@ type boundRule struct {
 func (b *bound) Decide(c store.Call) (a store.Answer) {
 	var names [store.MaxCallOps]name
 	var ops [store.MaxCallOps]op
-	var params [store.MaxCallOps]store.Params // the ops' limits, where c changes them
+	// params are the ops' limits where c changes them, made only then:
+	// the rules' own are the commonest, and zeroing the array is not free.
+	var params *[store.MaxCallOps]store.Params
+	if c.Limits != [store.MaxCallOps]int64{} || c.Bursts != [store.MaxCallOps]int64{} {
+		params = new([store.MaxCallOps]store.Params)
+	}
 	for i := range c.N {
 		r := &b.rules[c.Rules[i]]
 		p := &r.params
@@ -48,9 +53,11 @@ func (b *bound) Decide(c store.Call) (a store.Answer) {
 		}
 		a.Stamps[i] = c.Stamps[i]
 		// Assigned, not appended: an append might move the ops to the
-		// heap, and the answer they point to with them.
+		// heap, and the answer they point to with them. Field by field:
+		// the rest of the op is zero until decide resolves it.
 		names[i] = name{r.scope, c.Keys[i]}
-		ops[i] = op{p: p, shadow: r.shadow, held: reserves(c.Mode, c.Hold, c.Held[i], p), res: &a.Results[i], stamp: &a.Stamps[i]}
+		ops[i].p, ops[i].shadow, ops[i].held = p, r.shadow, reserves(c.Mode, c.Hold, c.Held[i], p)
+		ops[i].res, ops[i].stamp = &a.Results[i], &a.Stamps[i]
 	}
 	a.Allowed = b.s.decide(c.Mode, c.Now, c.Cost, c.Ticket, c.Hold, names[:c.N], ops[:c.N])
 	return a
