@@ -64,16 +64,13 @@ type holdAsk struct {
 // not r's (0 where they are), holding the sheet's Hold when held, with
 // stamp (a refund's and a settlement's).
 func (sh *sheet) add(r *compiledRule, key string, limit, burst int64, held bool, stamp int64) {
-	i := sh.n
-	if i >= store.MaxCallOps {
+	if i, c := sh.n, &sh.call; i < store.MaxCallOps {
+		sh.rules[i], c.Rules[i], c.Keys[i], c.Held[i], c.Stamps[i] = r, r.index, key, held, stamp
+		c.Limits[i], c.Bursts[i] = limit, burst
+	} else {
 		sh.more = append(sh.more, applied{rule: r, key: key, limit: limit, burst: burst, held: held, stamp: stamp})
-		sh.n++
-		return
 	}
-	c := &sh.call
-	sh.rules[i], c.Rules[i], c.Keys[i], c.Held[i], c.Stamps[i] = r, r.index, key, held, stamp
-	c.Limits[i], c.Bursts[i] = limit, burst
-	sh.n, c.N = i+1, i+1
+	sh.n++
 }
 
 // op is rule i's op as a store is sent it: its rule, key, limits where
@@ -250,6 +247,7 @@ func (l *Limiter) exec(ctx context.Context, sh *sheet) error {
 	if l.bound == nil || sh.n > store.MaxCallOps {
 		return l.send(ctx, sh)
 	}
+	sh.call.N = sh.n
 	sh.ans = l.bound.Decide(sh.call)
 	return nil
 }
