@@ -21,8 +21,8 @@ import (
 // the store's answer. Decision, Outcome and Event are read off it. Its
 // first store.MaxCallOps rules are kept as the store.Call that decides
 // them and the store.Answer it gets, so that a store that binds is handed
-// the call as it stands and its answer is the sheet's (the commonest
-// decision copies neither rule by rule); the rules past them are in more.
+// the call as it stands and its answer is the sheet's, neither copied
+// rule by rule; the rules past them are in more.
 // (It holds the time as a number: a time.Time holds a pointer, which an
 // Event handed to an observer would take to the heap with the sheet and
 // the caller's array of its rules.)
@@ -32,7 +32,7 @@ type sheet struct {
 	// the reservable rules) and its first ops: each rule's index, key,
 	// limits where this request changes them (0 where it does not),
 	// stamp (an input of refund and settle) and whether it holds the
-	// Hold.
+	// Hold. Its N is set as it goes out (exec).
 	call store.Call
 	// ans is the store's answer to call: Allowed, a consume was admitted
 	// and charged, and each rule's result and stamp (an output of
