@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -13,15 +14,29 @@ import (
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
-// The examples run on a manual clock so that their output is exact; a real
-// limiter leaves Options.Clock nil and reads the system clock.
+// exampleStart is the time the examples' clocks start at.
 var exampleStart = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+
+// exampleClock is a Clock that moves only when Advance moves it, so the
+// examples' output is exact; a real limiter leaves Options.Clock nil and
+// reads the system clock.
+type exampleClock struct{ ns atomic.Int64 }
+
+func newExampleClock(t time.Time) *exampleClock {
+	c := &exampleClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *exampleClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func (c *exampleClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // Three requests a minute per user.
 func Example() {
 	store := memory.New(nil)
 	defer store.Close()
-	clock := floodgate.NewManualClock(exampleStart)
+	clock := newExampleClock(exampleStart)
 	limiter, err := floodgate.New("api", store, []floodgate.Rule{{
 		Name:      "per-user",
 		Algorithm: floodgate.FixedWindow,
@@ -64,7 +79,7 @@ func Example_multipleRules() {
 		{Name: "per-user", Algorithm: floodgate.TokenBucket, Limit: 2, Window: time.Second, Key: []string{"user"}},
 		{Name: "per-tenant", Algorithm: floodgate.SlidingWindow, Limit: 3, Window: time.Minute, Key: []string{"tenant"}},
 		{Name: "global", Algorithm: floodgate.GCRA, Limit: 1000, Window: time.Second},
-	}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	}, &floodgate.Options{Clock: newExampleClock(exampleStart)})
 	if err != nil {
 		panic(err)
 	}
@@ -96,7 +111,7 @@ func ExampleLimiter_AllowN() {
 		Limit:     6000, // refilled at 100 tokens a second
 		Window:    time.Minute,
 		Key:       []string{"team"},
-	}}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	}}, &floodgate.Options{Clock: newExampleClock(exampleStart)})
 	if err != nil {
 		panic(err)
 	}
@@ -134,7 +149,7 @@ func ExampleLimiter_Refund() {
 		Limit:     3,
 		Window:    15 * time.Minute,
 		Key:       []string{"account"},
-	}}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart), FailurePolicy: floodgate.FailClosed})
+	}}, &floodgate.Options{Clock: newExampleClock(exampleStart), FailurePolicy: floodgate.FailClosed})
 	if err != nil {
 		panic(err)
 	}
@@ -172,7 +187,7 @@ func ExampleLimiter_GiveBack() {
 		Limit:     10_000,
 		Window:    time.Hour,
 		Key:       []string{"user"},
-	}}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	}}, &floodgate.Options{Clock: newExampleClock(exampleStart)})
 	if err != nil {
 		panic(err)
 	}
@@ -197,7 +212,7 @@ func ExampleLimiter_GiveBack() {
 func ExampleLimiter_Reserve() {
 	store := memory.New(nil)
 	defer store.Close()
-	clock := floodgate.NewManualClock(exampleStart)
+	clock := newExampleClock(exampleStart)
 	limiter, err := floodgate.New("llm", store, []floodgate.Rule{{
 		Name:       "tokens-per-day",
 		Algorithm:  floodgate.FixedWindow,
@@ -244,7 +259,7 @@ func ExampleRule_shadow() {
 	limiter, err := floodgate.New("api", store, []floodgate.Rule{
 		{Name: "current", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}},
 		{Name: "proposed", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}, Shadow: true},
-	}, &floodgate.Options{Clock: floodgate.NewManualClock(exampleStart)})
+	}, &floodgate.Options{Clock: newExampleClock(exampleStart)})
 	if err != nil {
 		panic(err)
 	}
@@ -276,7 +291,7 @@ func (unreachableStore) Apply(context.Context, *store.Batch) error {
 func ExampleFailurePolicy() {
 	ctx := context.Background()
 	for _, policy := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed} {
-		clock := floodgate.NewManualClock(exampleStart)
+		clock := newExampleClock(exampleStart)
 		guarded, err := guard.New(unreachableStore{}, &guard.Options{
 			Timeout: 20 * time.Millisecond,
 			Breaker: store.BreakerOptions{Failures: 2, Cooldown: 5 * time.Second},
@@ -320,7 +335,7 @@ func ExampleObserver() {
 		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"user"}},
 		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"tenant"}},
 	}, &floodgate.Options{
-		Clock: floodgate.NewManualClock(exampleStart),
+		Clock: newExampleClock(exampleStart),
 		Observer: func(_ context.Context, e floodgate.Event) {
 			for _, r := range e.Rules() {
 				if r.Denied {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/faulty"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store"
@@ -18,9 +19,9 @@ var errStoreDown = faulty.ErrDown
 
 // remoteLimiter returns a limiter over st with one per-user rule of limit
 // 10 a minute, its clock at epoch.
-func remoteLimiter(t testing.TB, st store.Store, opts floodgate.Options) (*floodgate.Limiter, *floodgate.ManualClock) {
+func remoteLimiter(t testing.TB, st store.Store, opts floodgate.Options) (*floodgate.Limiter, *clocktest.Manual) {
 	t.Helper()
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.New(epoch)
 	opts.Clock = clock
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -37,7 +38,7 @@ func TestLimitFuncErrorFollowsThePolicy(t *testing.T) {
 	for _, policy := range []floodgate.FailurePolicy{floodgate.FailOpen, floodgate.FailClosed} {
 		t.Run(policy.String(), func(t *testing.T) {
 			fs := faulty.New(t, faulty.Healthy)
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.New(epoch)
 			l, err := floodgate.New("plans", fs, []floodgate.Rule{
 				{Name: "global", Algorithm: floodgate.FixedWindow, Limit: 100, Window: time.Minute},
 				{Name: "per-plan", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"},

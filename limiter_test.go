@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store"
@@ -31,11 +32,11 @@ var allAlgorithms = []floodgate.Algorithm{
 
 // memLimiter returns a limiter on a fresh memory store whose clock stands at
 // epoch until the test moves it.
-func memLimiter(t testing.TB, rules []floodgate.Rule, opts *floodgate.Options) (*floodgate.Limiter, *floodgate.ManualClock) {
+func memLimiter(t testing.TB, rules []floodgate.Rule, opts *floodgate.Options) (*floodgate.Limiter, *clocktest.Manual) {
 	t.Helper()
 	store := memory.New(&memory.Options{SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.New(epoch)
 	if opts == nil {
 		opts = &floodgate.Options{}
 	}
@@ -756,7 +757,7 @@ func TestSameNameOnOneStore(t *testing.T) {
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			store := st.open(t)
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.New(epoch)
 			opts := func(replaces *floodgate.Limiter) *floodgate.Options {
 				return &floodgate.Options{Clock: clock, Replaces: replaces}
 			}

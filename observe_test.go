@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -54,7 +55,7 @@ func TestObserverToldOfEachRule(t *testing.T) {
 		{"a failing store", []floodgate.Rule{perUser, perOrg}, down, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := floodgate.NewManualClock(epoch)
+			clock := clocktest.New(epoch)
 			var events []floodgate.Event
 			opts := floodgate.Options{Clock: clock, Logger: slog.New(slog.DiscardHandler)}
 			asked := opts

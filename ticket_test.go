@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -150,7 +151,7 @@ func TestRefundOfForeignAndEmptyTickets(t *testing.T) {
 	ctx := context.Background()
 	store := memory.New(&memory.Options{SweepInterval: -1})
 	defer store.Close()
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.New(epoch)
 	newLimiter := func(name string, rules ...floodgate.Rule) *floodgate.Limiter {
 		l, err := floodgate.New(name, store, rules, &floodgate.Options{Clock: clock})
 		if err != nil {

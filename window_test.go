@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
@@ -52,7 +53,7 @@ func TestChangedWindowStartsANewState(t *testing.T) {
 		for _, alg := range []floodgate.Algorithm{floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.TokenBucket, floodgate.GCRA} {
 			t.Run(st.name+"/"+alg.String(), func(t *testing.T) {
 				s := st.open(t)
-				clock := floodgate.NewManualClock(epoch)
+				clock := clocktest.New(epoch)
 				var serving *floodgate.Limiter
 				reload := func(limit int64, window time.Duration) {
 					t.Helper()

@@ -18,8 +18,8 @@ import (
 // The "floor" row does just those three steps and nothing else (no
 // algorithm, no result), so it is a lower bound for any in-memory limiter
 // that reads the clock per decision: a target below it cannot be met by
-// making floodgate faster. docs/benchmarks.md uses it for the SPEC §8 memory
-// targets.
+// making floodgate faster. docs/benchmarks.md sets it beside the memory
+// store's goal: no slower than go-limiter.
 //
 // Run: cd bench && go test -run '^$' -bench Floor -benchmem -count 6
 func BenchmarkFloor(b *testing.B) {

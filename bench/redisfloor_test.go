@@ -2,19 +2,20 @@ package bench
 
 // BenchmarkRedisFloor measures what a decision costs the Redis server, next
 // to the least any exact fixed-window limiter can cost it, in one run
-// against one redis-server (issue #15): a minimal script over one key
-// (floor-1key) and over three keys (floor-3keys), floodgate's Redis store
-// with one and three rules, and go-redis/redis_rate and ulule/limiter with
-// one limit. Every
+// against one redis-server: a minimal script over one key (floor-1key) and
+// over three keys (floor-3keys), floodgate's Redis store with one and three
+// rules, and go-redis/redis_rate and ulule/limiter with one limit. Every
 // contender is built once and warmed up on all 10,000 keys; then, for each
 // number of concurrent callers, every contender runs once per round for a
 // fixed time, in an order rotated each round, so that machine load drifting
 // over the run falls on all of them alike. Each round reports decisions/s,
 // the server's and this process's CPU time per decision, and the script
 // calls per decision (below 1 where decisions share calls); the table
-// printed at the end holds their medians and the ratios the issue's
-// acceptance criteria name. Limits are high enough that every request is
-// admitted; one that is not fails the benchmark.
+// printed at the end holds their medians and the ratios the goals name:
+// server CPU per decision at most 1.3x the floor's at one caller and at
+// most the floor's at 128, and at 128 callers at least 2x redis_rate's
+// decisions/s. Limits are high enough that every request is admitted; one
+// that is not fails the benchmark.
 //
 // Run (about 2 minutes): make bench-redis-floor, or
 //
@@ -397,7 +398,7 @@ func scriptCalls(srv *redistest.Server) int64 {
 }
 
 // floorTable is the markdown of the medians, per number of callers, and
-// the ratios issue #15 accepts on.
+// the ratios the goals are judged on.
 func floorTable(cs []namedDecide, callers []int, rounds int, d time.Duration, samples map[string][]floorSample, med map[string]floorSample) string {
 	var w strings.Builder
 	fmt.Fprintf(&w, "\nMedians of %d rounds of %v per contender, one redis-server, contenders in rotated order each round.\n", rounds, d)
@@ -431,7 +432,7 @@ func floorTable(cs []namedDecide, callers []int, rounds int, d time.Duration, sa
 		{"floodgate-1rule-tb server CPU / floor-1key", "", func(n string) float64 { return med[n+"/floodgate-1rule-tb"].serverUS / med[n+"/floor-1key"].serverUS }},
 		{"floodgate-3algos server CPU / floor-3keys", "", func(n string) float64 { return med[n+"/floodgate-3algos"].serverUS / med[n+"/floor-3keys"].serverUS }},
 	}
-	fmt.Fprintf(&w, "\n### Ratios of medians (issue #21's targets)\n\n| ratio | target |")
+	fmt.Fprintf(&w, "\n### Ratios of medians\n\n| ratio | goal |")
 	for _, n := range callers {
 		fmt.Fprintf(&w, " callers=%d |", n)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
@@ -346,7 +347,7 @@ limiters:
 	}
 	store := memory.New(nil)
 	defer store.Close()
-	clock := floodgate.NewManualClock(time.Unix(1_700_000_000, 0))
+	clock := clocktest.New(time.Unix(1_700_000_000, 0))
 	l, err := c.Limiters[0].New(store, floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)

@@ -12,13 +12,13 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 )
 
 // A decision of one descriptor allocates its response and its counter key,
 // and nothing else, on the memory store.
 func TestOneDescriptorAllocations(t *testing.T) {
-	svc := newInProcess(t, loadEdge(t), floodgate.NewManualClock(t0))
+	svc := newInProcess(t, loadEdge(t), clocktest.New(t0))
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*commonv3.RateLimitDescriptor{desc("tenant", "t", "user", "vip")}}
 	ctx := context.Background()
 	got := testing.AllocsPerRun(100, func() {

@@ -29,7 +29,7 @@ descriptors:
 	}
 	store := memory.New(nil)
 	defer store.Close()
-	clock := floodgate.NewManualClock(time.Date(2026, 1, 1, 12, 0, 45, 0, time.UTC))
+	clock := fixedClock(time.Date(2026, 1, 1, 12, 0, 45, 0, time.UTC))
 	svc, err := envoy.New(store, cfg, &envoy.Options{Limiter: floodgate.Options{Clock: clock}})
 	if err != nil {
 		panic(err)
@@ -48,3 +48,10 @@ descriptors:
 	// OK 0 15s
 	// OVER_LIMIT 0 15s
 }
+
+// fixedClock is a Clock that always reads the same instant, so the
+// example's output is exact; a real service leaves the clock nil and reads
+// the system clock.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

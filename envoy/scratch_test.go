@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -82,7 +83,7 @@ func newInProcess(t *testing.T, cfg *envoy.Config, clock floodgate.Clock) *envoy
 // shuffled across concurrent callers on another.
 func TestRecycledScratchKeepsAnswersApart(t *testing.T) {
 	cfg := loadEdge(t)
-	clock := floodgate.NewManualClock(t0)
+	clock := clocktest.New(t0)
 	reqs := mixedRequests(300)
 	ctx := context.Background()
 	const asks = 3

@@ -23,6 +23,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/envoy"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -37,7 +38,7 @@ var t0 = time.Unix(1_700_000_010, 0)
 
 type harness struct {
 	t      *testing.T
-	clock  *floodgate.ManualClock
+	clock  *clocktest.Manual
 	svc    *envoy.Service
 	client rlsv3.RateLimitServiceClient
 }
@@ -46,7 +47,7 @@ type harness struct {
 // generated client.
 func start(t *testing.T, cfg *envoy.Config, store store.Store, opts *envoy.Options) *harness {
 	t.Helper()
-	h := &harness{t: t, clock: floodgate.NewManualClock(t0)}
+	h := &harness{t: t, clock: clocktest.New(t0)}
 	if opts == nil {
 		opts = &envoy.Options{}
 	}
@@ -395,7 +396,7 @@ func TestUnknownDomain(t *testing.T) {
 func TestFloodgateLimiter(t *testing.T) {
 	mem := memory.New(&memory.Options{SweepInterval: -1})
 	defer mem.Close()
-	var clock *floodgate.ManualClock
+	var clock *clocktest.Manual
 	var api *floodgate.Limiter
 	opts := &envoy.Options{Lookup: func(name string) *floodgate.Limiter {
 		if name == "api" {

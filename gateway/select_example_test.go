@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -12,8 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
-// The examples run on a manual clock so that their output is exact; a real
-// limiter leaves Options.Clock nil and reads the system clock.
+// exampleStart is the time the examples' clocks start at.
 var exampleStart = time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 
 // exampleRoute returns a candidate for an upstream route with a
@@ -36,7 +36,7 @@ func exampleRoute(st store.Store, clock floodgate.Clock, name string, rpm, tpm i
 func ExampleSelect() {
 	st := memory.New(nil)
 	defer st.Close()
-	clock := floodgate.NewManualClock(exampleStart)
+	clock := newExampleClock(exampleStart)
 	routes := []gateway.Candidate{
 		exampleRoute(st, clock, "primary", 2, 100_000),
 		exampleRoute(st, clock, "backup", 1, 100_000),
@@ -63,7 +63,7 @@ func ExampleSelect() {
 func ExampleSelector() {
 	st := memory.New(nil)
 	defer st.Close()
-	clock := floodgate.NewManualClock(exampleStart)
+	clock := newExampleClock(exampleStart)
 	primary := exampleRoute(st, clock, "primary", 10, 100_000)
 	backup := exampleRoute(st, clock, "backup", 10, 100_000)
 	call := func(route string) error {
@@ -104,7 +104,7 @@ func ExampleSelector() {
 func ExampleRecordUsage() {
 	st := memory.New(nil)
 	defer st.Close()
-	route := exampleRoute(st, floodgate.NewManualClock(exampleStart), "primary", 60, 100)
+	route := exampleRoute(st, newExampleClock(exampleStart), "primary", 60, 100)
 	tokens, err := route.Limiter.Only("tpm")
 	if err != nil {
 		panic(err)
@@ -141,7 +141,7 @@ func ExampleMonthlyBudget() {
 		panic(err)
 	}
 	// 23:00 on January 31 in New York (04:00 UTC on February 1).
-	clock := floodgate.NewManualClock(time.Date(2026, 1, 31, 23, 0, 0, 0, ny))
+	clock := newExampleClock(time.Date(2026, 1, 31, 23, 0, 0, 0, ny))
 	budget, err := floodgate.New("spend", st, []floodgate.Rule{
 		gateway.MonthlyBudget("monthly", 1000, ny, "tenant"),
 	}, &floodgate.Options{Clock: clock, FailurePolicy: floodgate.FailClosed})
@@ -164,3 +164,18 @@ func ExampleMonthlyBudget() {
 	// check: allowed=false retry-after=1h0m0s
 	// February: allowed=true remaining=1000
 }
+
+// exampleClock is a Clock that moves only when Advance moves it, so the
+// examples' output is exact; a real limiter leaves Options.Clock nil and
+// reads the system clock.
+type exampleClock struct{ ns atomic.Int64 }
+
+func newExampleClock(t time.Time) *exampleClock {
+	c := &exampleClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *exampleClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func (c *exampleClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/gateway"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -35,12 +36,12 @@ func TestGateway(t *testing.T) { runGateway(t, memoryStore) }
 type gw struct {
 	t     *testing.T
 	st    store.Store
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 	ctx   context.Context
 }
 
 func newGW(t *testing.T, newStore newStoreFunc, start time.Time) *gw {
-	return &gw{t: t, st: newStore(t), clock: floodgate.NewManualClock(start), ctx: context.Background()}
+	return &gw{t: t, st: newStore(t), clock: clocktest.New(start), ctx: context.Background()}
 }
 
 func (g *gw) limiter(name string, policy floodgate.FailurePolicy, rules ...floodgate.Rule) *floodgate.Limiter {
@@ -361,7 +362,7 @@ func BenchmarkSelect(b *testing.B) {
 	t := &testing.T{}
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	defer s.Close()
-	g := &gw{t: t, st: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
+	g := &gw{t: t, st: s, clock: clocktest.New(gwStart), ctx: context.Background()}
 	capped := g.route("capped", 1, 1<<40)
 	open := g.route("open", 1<<40, 1<<40)
 	gateway.Select(g.ctx, []gateway.Candidate{capped})
@@ -379,7 +380,7 @@ func BenchmarkSelect(b *testing.B) {
 func BenchmarkRecordUsage(b *testing.B) {
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	defer s.Close()
-	g := &gw{t: &testing.T{}, st: s, clock: floodgate.NewManualClock(gwStart), ctx: context.Background()}
+	g := &gw{t: &testing.T{}, st: s, clock: clocktest.New(gwStart), ctx: context.Background()}
 	r := g.route("r", 1<<40, 1<<40)
 	tokens, _ := r.Limiter.Only("tpm")
 	ticket := gateway.Select(g.ctx, []gateway.Candidate{r}).Ticket()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -49,9 +50,9 @@ func serve(t *testing.T, in *Interceptor) healthpb.HealthClient {
 	return healthpb.NewHealthClient(conn)
 }
 
-func newLimiter(t *testing.T, rules []floodgate.Rule) (*floodgate.Limiter, *floodgate.ManualClock, *memory.Store) {
+func newLimiter(t *testing.T, rules []floodgate.Rule) (*floodgate.Limiter, *clocktest.Manual, *memory.Store) {
 	t.Helper()
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.New(epoch)
 	store := memory.New(&memory.Options{SweepInterval: -1})
 	t.Cleanup(func() { store.Close() })
 	lim, err := floodgate.New("rpc", store, rules, &floodgate.Options{Clock: clock})

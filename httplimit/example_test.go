@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -33,7 +34,7 @@ func send(h http.Handler, method, target, addr string, header ...string) {
 // A public route limited per client address: 2 requests a minute per IP,
 // with the load balancer in 10.0.0.0/8 trusted to say who the client is.
 func Example_perIP() {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := newExampleClock(time.Unix(1_800_000_000, 0))
 	lim, _ := floodgate.New("public", memory.New(nil), []floodgate.Rule{
 		{Name: "per-ip", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"ip"}},
 	}, &floodgate.Options{Clock: clock})
@@ -71,7 +72,7 @@ type user struct{ id, tenant string }
 // authentication (the user is known) and after the access check (a refused
 // request never counts).
 func Example_perUserAndTenant() {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := newExampleClock(time.Unix(1_800_000_000, 0))
 	lim, _ := floodgate.New("api", memory.New(nil), []floodgate.Rule{
 		{Name: "per-user", Algorithm: floodgate.TokenBucket, Limit: 2, Window: time.Second, Key: []string{"user"}},
 		{Name: "per-tenant", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"tenant"}},
@@ -124,7 +125,7 @@ func Example_perUserAndTenant() {
 // right are never locked out. The limiter fails closed: if its store is
 // down, logins wait rather than go unguarded.
 func Example_loginFailuresOnly() {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := newExampleClock(time.Unix(1_800_000_000, 0))
 	lim, _ := floodgate.New("login", memory.New(nil), []floodgate.Rule{
 		{Name: "failed-logins", Algorithm: floodgate.FixedWindow, Limit: 2, Window: 15 * time.Minute, Key: []string{"account", "ip"}},
 	}, &floodgate.Options{Clock: clock, FailurePolicy: floodgate.FailClosed})
@@ -166,7 +167,7 @@ func Example_loginFailuresOnly() {
 // budget and the next request waits until the window rolls. A Cost
 // middleware also charges sub-requests marked with WithSubrequest.
 func Example_llmTokens() {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0))
+	clock := newExampleClock(time.Unix(1_800_000_000, 0))
 	lim, _ := floodgate.New("llm", memory.New(nil), []floodgate.Rule{
 		{Name: "tokens-per-minute", Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Minute, Key: []string{"user"}},
 	}, &floodgate.Options{Clock: clock})
@@ -204,7 +205,7 @@ func Example_llmTokens() {
 // hold, so together they never spend more than the budget; a request whose
 // reservation does not fit is refused until the day ends.
 func Example_llmBudget() {
-	clock := floodgate.NewManualClock(time.Unix(1_800_000_000, 0)) // 08:00 UTC
+	clock := newExampleClock(time.Unix(1_800_000_000, 0)) // 08:00 UTC
 	lim, _ := floodgate.New("llm", memory.New(nil), []floodgate.Rule{
 		{Name: "tokens-per-day", Algorithm: floodgate.FixedWindow, Limit: 10_000, Align: floodgate.AlignDay, Key: []string{"user"}, Reservable: true},
 	}, &floodgate.Options{Clock: clock})
@@ -237,3 +238,18 @@ func Example_llmBudget() {
 	// 200 "tokens-per-day";r=0;t=57600
 	// 429 "tokens-per-day";r=1000;t=57600 57600
 }
+
+// exampleClock is a Clock that moves only when Advance moves it, so the
+// examples' output is exact; a real limiter leaves Options.Clock nil and
+// reads the system clock.
+type exampleClock struct{ ns atomic.Int64 }
+
+func newExampleClock(t time.Time) *exampleClock {
+	c := &exampleClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *exampleClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func (c *exampleClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/clientip"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -24,14 +25,14 @@ import (
 var epoch = time.Unix(1_800_000_000, 0)
 
 type fixture struct {
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 	store *memory.Store
 	lim   *floodgate.Limiter
 }
 
 func newFixture(t testing.TB, rules []floodgate.Rule, opts *floodgate.Options) *fixture {
 	t.Helper()
-	f := &fixture{clock: floodgate.NewManualClock(epoch), store: memory.New(&memory.Options{SweepInterval: -1})}
+	f := &fixture{clock: clocktest.New(epoch), store: memory.New(&memory.Options{SweepInterval: -1})}
 	t.Cleanup(func() { f.store.Close() })
 	if opts == nil {
 		opts = &floodgate.Options{}

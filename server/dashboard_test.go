@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -29,16 +30,28 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("floodgate.json: %v", err)
 	}
-	src, err := os.ReadFile("metrics.go")
+	// The metrics the service exports are named in its non-test sources.
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	exported := map[string]bool{}
-	for _, m := range regexp.MustCompile(`"(floodgate_[a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
-		exported[m[1]] = true
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`"(floodgate_[a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+			exported[m[1]] = true
+		}
 	}
-	if !exported["floodgate_decisions_total"] || !exported["floodgate_breaker_state"] {
-		t.Fatalf("metric names not found in metrics.go: %v", exported)
+	for _, m := range []string{"floodgate_decisions_total", "floodgate_breaker_state", "floodgate_held_units"} {
+		if !exported[m] {
+			t.Fatalf("metric %s not found in the server's sources: %v", m, exported)
+		}
 	}
 	if dash.UID == "" || len(dash.Templating.List) == 0 || dash.Templating.List[0].Type != "datasource" {
 		t.Errorf("uid %q, variables %+v: want a uid and a datasource variable first", dash.UID, dash.Templating.List)

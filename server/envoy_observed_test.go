@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -55,7 +55,7 @@ func openEnvoyOnlyLogging(t *testing.T, dir string, w io.Writer) *testServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return &testServer{Server: s, t: t, url: "http://" + s.HTTPAddress(), clock: floodgate.NewManualClock(start), reg: reg}
+	return &testServer{Server: s, t: t, url: "http://" + s.HTTPAddress(), clock: clocktest.New(start), reg: reg}
 }
 
 // Envoy domains are seen where the configuration's limiters are: in

@@ -106,7 +106,7 @@ type Server struct {
 	// Logger receives the service's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Clock is the limiters' clock; nil means the system clock. Tests set
-	// a floodgate.ManualClock.
+	// a clock that moves only when told to.
 	Clock floodgate.Clock
 	// EnvoyConfigDir, when set, is a directory of configuration files in
 	// the format of Envoy's reference rate limit service; the gRPC listener

@@ -18,6 +18,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/config"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -61,7 +62,7 @@ type testServer struct {
 	*Server
 	t     *testing.T
 	url   string
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 	reg   *prometheus.Registry
 }
 
@@ -79,7 +80,7 @@ func newTestServer(t *testing.T, yaml string, store store.Store, tweak func(*Ser
 		store = m
 	}
 	reg := prometheus.NewRegistry()
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	s := &Server{
 		Config:       c,
 		Store:        store,

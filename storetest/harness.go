@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 )
 
 // harness drives one limiter over a store and the model side by side, and
@@ -18,7 +19,7 @@ type harness struct {
 	ctx   context.Context
 	seed  uint64
 	rng   *rand.Rand
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 	lim   *floodgate.Limiter
 	model *model
 	specs []ruleSpec

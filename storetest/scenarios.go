@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -16,7 +17,7 @@ import (
 type fixture struct {
 	t     *testing.T
 	ctx   context.Context
-	clock *floodgate.ManualClock
+	clock *clocktest.Manual
 	lim   *floodgate.Limiter
 }
 

@@ -23,12 +23,12 @@
 // windows that turn during the run, and checks the bounds no schedule may
 // break (and, for a remote store, every key's TTL).
 //
-// The suite drives the store through the public Limiter API with a
-// floodgate.ManualClock, so a store must take the time of each decision from
-// Batch.Now (a remote store needs an option for that). It shares one store
-// among many limiters, each with a name of its own, so a store must keep
-// limiters and rules apart by the ops' scopes; it never needs the store
-// empty.
+// The suite drives the store through the public Limiter API with a clock
+// that moves only when the suite moves it, so a store must take the time of
+// each decision from Batch.Now (a remote store needs an option for that). It
+// shares one store among many limiters, each with a name of its own, so a
+// store must keep limiters and rules apart by the ops' scopes; it never needs
+// the store empty.
 //
 // A store that binds a limiter's rules (store.Binder, as the memory store
 // does) answers most decisions on that bound path, without a Batch. The
@@ -70,7 +70,7 @@ import (
 	// database.
 	_ "time/tzdata"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 )
 
@@ -96,7 +96,7 @@ type config struct {
 // others read.
 type sharedStore struct {
 	store.Store
-	clocks []*floodgate.ManualClock
+	clocks []*clocktest.Manual
 }
 
 func openStore(t *testing.T, newStore func(*testing.T) store.Store) *sharedStore {
@@ -116,11 +116,11 @@ func (s *sharedStore) latest() time.Time {
 
 // clockAt returns a new clock for the store reading t, or the next whole
 // hour after the latest time the store has seen if t is earlier.
-func (s *sharedStore) clockAt(t time.Time) *floodgate.ManualClock {
+func (s *sharedStore) clockAt(t time.Time) *clocktest.Manual {
 	if l := s.latest(); !l.Before(t) {
 		t = l.Truncate(time.Hour).Add(time.Hour)
 	}
-	c := floodgate.NewManualClock(t)
+	c := clocktest.New(t)
 	s.clocks = append(s.clocks, c)
 	return c
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/topkeys"
 )
 
@@ -24,7 +25,7 @@ func TestFloodOfDistinctKeys(t *testing.T) {
 	if raceEnabled {
 		n = 100_000
 	}
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	// Limit 1, cost 2: every decision is denied (and charges nothing, so
 	// the store holds no key).
 	l, tops := observedSampled(t, clock, 8, floodgate.Rule{Name: "per-ip", Key: []string{"ip"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 	"github.com/floodgate-go/floodgate/topkeys"
@@ -47,7 +48,7 @@ func top(t testing.TB, tops *topkeys.Tracker, rule string, kind topkeys.Kind, sp
 }
 
 func TestTopCountsDenialsAndDecisionsPerRule(t *testing.T) {
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	l, tops := observed(t, clock,
 		floodgate.Rule{Name: "per-user", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour},
 		floodgate.Rule{Name: "per-org", Key: []string{"org"}, Algorithm: floodgate.FixedWindow, Limit: 1000, Window: time.Hour})
@@ -85,7 +86,7 @@ func TestTopCountsDenialsAndDecisionsPerRule(t *testing.T) {
 }
 
 func TestShadowRuleDenialsAndStoreFailures(t *testing.T) {
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	l, tops := observed(t, clock,
 		floodgate.Rule{Name: "dark", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Shadow: true})
 	ctx := context.Background()
@@ -123,7 +124,7 @@ type failing struct{}
 func (failing) Apply(context.Context, *store.Batch) error { return errors.New("down") }
 
 func TestSpansRollOverMinutes(t *testing.T) {
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	tops := topkeys.New(&topkeys.Options{Clock: clock})
 	add := func(key string, n int) {
 		for range n {
@@ -165,7 +166,7 @@ func TestSpansRollOverMinutes(t *testing.T) {
 }
 
 func TestLongKeysAreBounded(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	tops := topkeys.New(&topkeys.Options{Clock: clocktest.New(start)})
 	long := strings.Repeat("x", 10_000)
 	tops.Add("api", "r", long, true)
 	tops.Add("api", "r", long, true)
@@ -210,7 +211,7 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestCountOfAnyKey(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	tops := topkeys.New(&topkeys.Options{Clock: clocktest.New(start)})
 	for range 3 {
 		tops.Add("api", "r", "a", false)
 	}
@@ -232,7 +233,7 @@ func TestCountOfAnyKey(t *testing.T) {
 }
 
 func TestEpochClock(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: new(floodgate.ManualClock)})
+	tops := topkeys.New(&topkeys.Options{Clock: new(clocktest.Manual)})
 	tops.Add("api", "r", "a", true)
 	if r := top(t, tops, "r", topkeys.Denials, 15*time.Minute, 1); len(r.Entries) != 1 {
 		t.Errorf("entries %v, want a", r.Entries)
@@ -244,7 +245,7 @@ func TestEpochClock(t *testing.T) {
 // count within its stated error, the total is within six standard
 // deviations of the sampling, and denials are all counted.
 func TestSampledDecisions(t *testing.T) {
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	// heavy sends 10,000 and is denied its last 2,000; k0..k999 send 10
 	// each, all admitted.
 	l, tops := observedSampled(t, clock, 8, floodgate.Rule{Name: "r", Key: []string{"user"}, Algorithm: floodgate.FixedWindow, Limit: 8000, Window: time.Hour})
@@ -277,7 +278,7 @@ func TestSampledDecisions(t *testing.T) {
 }
 
 func TestRetain(t *testing.T) {
-	tops := topkeys.New(&topkeys.Options{Clock: floodgate.NewManualClock(start)})
+	tops := topkeys.New(&topkeys.Options{Clock: clocktest.New(start)})
 	for _, lr := range [][2]string{{"a", "r1"}, {"a", "r2"}, {"b", "r1"}} {
 		tops.Add(lr[0], lr[1], "k", true)
 	}
@@ -302,7 +303,7 @@ func TestRetain(t *testing.T) {
 // fails, and wants its reports to hold, for each rule and key, the
 // decisions and denials the Outcomes say (unsampled: exact).
 func TestObserveCountsEachRule(t *testing.T) {
-	clock := floodgate.NewManualClock(start)
+	clock := clocktest.New(start)
 	ctx := context.Background()
 	tops := topkeys.New(&topkeys.Options{Clock: clock})
 	opts := func(policy floodgate.FailurePolicy) *floodgate.Options {

@@ -200,10 +200,11 @@ start_floodgate() {
 	local store_yaml
 	if [[ $1 == redis ]]; then
 		# The store deadline is the load generator's request timeout
-		# (1s), not floodgate's default 50ms: on a loaded machine a
-		# 50ms stall would let floodgate answer by its failure policy,
-		# without Redis, and open its breaker, which is less work than
-		# the reference does (it waits for Redis however long it takes).
+		# (1s), not the guard's default of 100ms (store/guard
+		# DefaultTimeout): on a loaded machine a stall past the deadline
+		# would let floodgate answer by its failure policy, without
+		# Redis, and open its breaker, which is less work than the
+		# reference does (it waits for Redis however long it takes).
 		store_yaml="  redis: {url: \"redis://127.0.0.1:$redis_port/0\", key_prefix: \"fg:\", deadline: 1s}"
 	else
 		store_yaml="  memory: {max_keys: 1000000}"

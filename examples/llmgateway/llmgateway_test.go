@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -85,7 +86,7 @@ func readWalkthrough(t *testing.T) []step {
 // TestWalkthrough replays the README's curl commands against the gateway
 // and checks that each prints what the README shows.
 func TestWalkthrough(t *testing.T) {
-	base := startGateway(t, floodgate.NewManualClock(walkthroughStart))
+	base := startGateway(t, clocktest.New(walkthroughStart))
 	steps := readWalkthrough(t)
 	if len(steps) < 10 {
 		t.Fatalf("README.md holds %d curl commands; the walkthrough has more", len(steps))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/quota"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -20,7 +21,7 @@ func TestFields(t *testing.T) {
 	}
 	store := memory.New(&memory.Options{SweepInterval: -1})
 	defer store.Close()
-	lim, err := floodgate.New("api", store, rules, &floodgate.Options{Clock: floodgate.NewManualClock(time.Unix(1_800_000_000, 0))})
+	lim, err := floodgate.New("api", store, rules, &floodgate.Options{Clock: clocktest.New(time.Unix(1_800_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,10 @@ package grant_test
 
 // BenchmarkLocal is what a decision answered from a grant costs, next to
 // the same decision of the memory store, both as a store sees them (one
-// Batch through Apply: the decorator's own cost, without the limiter's
-// deadline and circuit breaker for a remote store); the target is at most
-// 2x memory and 0 allocs/op. The grant's key has a limit no run spends, so
-// every timed decision is answered locally.
+// Batch through Apply: the decorator's own cost, without the deadline and
+// circuit breaker that store/guard puts around a remote store); the goal
+// is at most 2x memory and 0 allocs/op. The grant's key has a limit no run
+// spends, so every timed decision is answered locally.
 //
 // Run: go test -run '^$' -bench Local -benchmem ./store/grant
 

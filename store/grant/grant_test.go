@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store/grant"
 )
@@ -31,7 +32,7 @@ func admitN(t *testing.T, in *instance, n int) (admitted int64) {
 // window ends; the next window is whole.
 func TestKilledInstance(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := floodgate.NewManualClock(time.Now().Truncate(time.Second))
+	clock := clocktest.New(time.Now().Truncate(time.Second))
 	killed := newInstance(t, srv, hotFixed, &grant.Options{Idle: -1}, clock)
 	if got := admitN(t, killed, 1); got != 1 {
 		t.Fatal("the first decision was denied")
@@ -55,7 +56,7 @@ func TestKilledInstance(t *testing.T) {
 // another admits the whole limit.
 func TestClosedInstance(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := floodgate.NewManualClock(time.Now().Truncate(time.Second))
+	clock := clocktest.New(time.Now().Truncate(time.Second))
 	first := newInstance(t, srv, hotFixed, &grant.Options{Idle: -1}, clock)
 	admitN(t, first, 10)
 	first.grant.Close()
@@ -92,7 +93,7 @@ func TestIdleReturn(t *testing.T) {
 // until it is spent; then decisions fail as the store's do.
 func TestStoreDown(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := floodgate.NewManualClock(time.Now().Truncate(time.Second))
+	clock := clocktest.New(time.Now().Truncate(time.Second))
 	in := newInstance(t, srv, hotFixed, &grant.Options{Idle: -1}, clock)
 	admitN(t, in, 1)
 	held := in.grant.Stats().Granted - 1
@@ -112,7 +113,7 @@ func TestStoreDown(t *testing.T) {
 // back to the window, once.
 func TestRefundLocal(t *testing.T) {
 	srv := redistest.Start(t)
-	clock := floodgate.NewManualClock(time.Now().Truncate(time.Second))
+	clock := clocktest.New(time.Now().Truncate(time.Second))
 	in := newInstance(t, srv, hotFixed, &grant.Options{Idle: -1}, clock)
 	t.Cleanup(func() { in.grant.Close() })
 	ctx := context.Background()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/faulty"
 	"github.com/floodgate-go/floodgate/internal/syncbuf"
 	"github.com/floodgate-go/floodgate/store"
@@ -33,9 +34,9 @@ func must(o floodgate.Outcome, err error) floodgate.Outcome {
 // guardedLimiter returns a limiter with opts over st under a guard of
 // gopts, with one per-user rule of limit 10 a minute, both on one clock at
 // epoch. A nil Logger in either discards.
-func guardedLimiter(t testing.TB, st store.Store, opts floodgate.Options, gopts guard.Options) (*floodgate.Limiter, *guard.Store, *floodgate.ManualClock) {
+func guardedLimiter(t testing.TB, st store.Store, opts floodgate.Options, gopts guard.Options) (*floodgate.Limiter, *guard.Store, *clocktest.Manual) {
 	t.Helper()
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.New(epoch)
 	opts.Clock, gopts.Clock = clock, clock
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/faulty"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
@@ -74,9 +75,9 @@ func admit(l instance, n int) (admitted int) {
 
 // handbackLimiter is a limiter of 100 a minute per user over st, with a
 // fallback holding a quarter of it, its clock at epoch.
-func handbackLimiter(t *testing.T, st store.Store) (instance, *floodgate.ManualClock) {
+func handbackLimiter(t *testing.T, st store.Store) (instance, *clocktest.Manual) {
 	t.Helper()
-	clock := floodgate.NewManualClock(epoch)
+	clock := clocktest.New(epoch)
 	g, err := guard.New(st, &guard.Options{Clock: clock, Fallback: shareFallback(t, 4), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

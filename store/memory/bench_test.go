@@ -28,6 +28,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/benchtool"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
@@ -267,7 +268,7 @@ func BenchmarkEviction(b *testing.B) {
 // checks that each rule counts on its own and that keys expire and are
 // forgotten one rule at a time.
 func TestSameKeyUnderManyRules(t *testing.T) {
-	clock := floodgate.NewManualClock(time.Unix(1_700_000_000, 0))
+	clock := clocktest.New(time.Unix(1_700_000_000, 0))
 	st := memory.New(&memory.Options{Shards: 1, SweepInterval: -1})
 	defer st.Close()
 	rules := []floodgate.Rule{

@@ -23,7 +23,7 @@ func ExampleNew() {
 		Limit:     1000,
 		Window:    time.Minute,
 		Key:       []string{"ip"},
-	}}, &floodgate.Options{Clock: floodgate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
+	}}, &floodgate.Options{Clock: fixedClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
 	if err != nil {
 		panic(err)
 	}
@@ -43,3 +43,10 @@ func ExampleNew() {
 	// keys held: 1000
 	// regular client's remaining: 800
 }
+
+// fixedClock is a Clock that always reads the same instant, so the
+// example's output is exact; a real limiter leaves the clock nil and reads
+// the system clock.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store/memory"
 )
 
@@ -17,9 +18,9 @@ var floodEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // floodLimiter returns a limiter over store with the given rules and a
 // manual clock standing at floodEpoch.
-func floodLimiter(t testing.TB, store *memory.Store, rules ...floodgate.Rule) (*floodgate.Limiter, *floodgate.ManualClock) {
+func floodLimiter(t testing.TB, store *memory.Store, rules ...floodgate.Rule) (*floodgate.Limiter, *clocktest.Manual) {
 	t.Helper()
-	clock := floodgate.NewManualClock(floodEpoch)
+	clock := clocktest.New(floodEpoch)
 	l, err := floodgate.New("flood", store, rules, &floodgate.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +355,7 @@ func must(o floodgate.Outcome, err error) floodgate.Outcome {
 func TestWindowOutlivesLaterUncharged(t *testing.T) {
 	s := memory.New(&memory.Options{SweepInterval: -1})
 	defer s.Close()
-	clock := floodgate.NewManualClock(floodEpoch)
+	clock := clocktest.New(floodEpoch)
 	lim, err := floodgate.New("order", s, []floodgate.Rule{
 		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 20, Window: 250 * time.Millisecond, Key: []string{"user"}},
 		{Name: "per-org", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"org"}},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/overlimit"
@@ -45,7 +46,7 @@ func openCluster(t *testing.T, cl *redistest.Cluster) store.Store {
 // maxAge over its own store, waits wait (maxAge if 0) and returns how many
 // (replica, user) pairs with units free in Redis are still denied.
 func clusterFlood(t *testing.T, cl *redistest.Cluster, name string, maxAge, wait time.Duration) int {
-	clock := floodgate.NewManualClock(time.Now())
+	clock := clocktest.New(time.Now())
 	rules := []floodgate.Rule{
 		{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Hour, Key: []string{"user"}},
 		{Name: "tenant", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Hour, Key: []string{"tenant"}},

@@ -3,6 +3,7 @@ package overlimit_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -29,7 +30,7 @@ func ExampleNew() {
 	mem := memory.New(nil)
 	defer mem.Close()
 	inner := &asked{Store: mem}
-	clock := floodgate.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clock := newExampleClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	limiter, err := floodgate.New("api", overlimit.New(inner, &overlimit.Options{MaxAge: 5 * time.Second}),
 		[]floodgate.Rule{{Name: "per-key", Algorithm: floodgate.FixedWindow, Limit: 2, Window: time.Minute, Key: []string{"key"}}},
 		&floodgate.Options{Clock: clock})
@@ -53,3 +54,18 @@ func ExampleNew() {
 	// allowed: false retry after: 50s
 	// store asked: 4 times for 1003 decisions
 }
+
+// exampleClock is a Clock that moves only when Advance moves it, so the
+// examples' output is exact; a real limiter leaves Options.Clock nil and
+// reads the system clock.
+type exampleClock struct{ ns atomic.Int64 }
+
+func newExampleClock(t time.Time) *exampleClock {
+	c := &exampleClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *exampleClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+func (c *exampleClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }

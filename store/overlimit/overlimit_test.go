@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/overlimit"
 	"github.com/floodgate-go/floodgate/storetest"
@@ -45,7 +46,7 @@ func (c *counted) since() int64 { return c.calls.Swap(0) }
 // decorator drops the remembered denial.
 func TestFlood(t *testing.T) {
 	eachBackend(t, func(t *testing.T, st store.Store) {
-		clock := floodgate.NewManualClock(time.Now())
+		clock := clocktest.New(time.Now())
 		inner := &counted{Store: st}
 		lim := newLimiter(t, "flood", overlimit.New(inner, &overlimit.Options{MaxAge: -1}), clock,
 			floodgate.Rule{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}})
@@ -108,7 +109,7 @@ func TestFlood(t *testing.T) {
 // figures still hold; a record into a window with units left drops it.
 func TestRecordIntoFullWindow(t *testing.T) {
 	eachBackend(t, func(t *testing.T, st store.Store) {
-		clock := floodgate.NewManualClock(time.Now())
+		clock := clocktest.New(time.Now())
 		inner := &counted{Store: st}
 		lim := newLimiter(t, "record", overlimit.New(inner, &overlimit.Options{MaxAge: -1}), clock,
 			floodgate.Rule{Name: "user", Algorithm: floodgate.FixedWindow, Limit: 3, Window: time.Minute, Key: []string{"user"}})
@@ -158,7 +159,7 @@ func TestRecordIntoFullWindow(t *testing.T) {
 // again) and per-tenant "admitted".
 func TestEveryRule(t *testing.T) {
 	eachBackend(t, func(t *testing.T, st store.Store) {
-		clock := floodgate.NewManualClock(time.Now())
+		clock := clocktest.New(time.Now())
 		inner := &counted{Store: st}
 		lim := newLimiter(t, "every", overlimit.New(inner, nil), clock,
 			floodgate.Rule{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Minute, Key: []string{"user"}},
@@ -224,7 +225,7 @@ func TestWholeMicros(t *testing.T) {
 // answer is the same; a refund through another instance is then seen.
 func TestMaxAge(t *testing.T) {
 	eachBackend(t, func(t *testing.T, st store.Store) {
-		clock := floodgate.NewManualClock(time.Now())
+		clock := clocktest.New(time.Now())
 		inner := &counted{Store: st}
 		rule := floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}}
 		lim := newLimiter(t, "age", overlimit.New(inner, nil), clock, rule) // DefaultMaxAge
@@ -252,7 +253,7 @@ func TestMaxAge(t *testing.T) {
 // 1 is. A remembered denial is dropped when its key is charged.
 func TestOnlyExactFigures(t *testing.T) {
 	eachBackend(t, func(t *testing.T, st store.Store) {
-		clock := floodgate.NewManualClock(time.Now())
+		clock := clocktest.New(time.Now())
 		inner := &counted{Store: st}
 		lim := newLimiter(t, "exact", overlimit.New(inner, nil), clock,
 			floodgate.Rule{Name: "tb", Algorithm: floodgate.TokenBucket, Limit: 10, Burst: 5, Window: time.Second, Key: []string{"user"}},
@@ -302,7 +303,7 @@ func TestOnlyExactFigures(t *testing.T) {
 
 // TestSize: a decorator of one denial holds one; a second evicts it.
 func TestSize(t *testing.T) {
-	clock := floodgate.NewManualClock(time.Now())
+	clock := clocktest.New(time.Now())
 	inner := &counted{Store: openMemory(t)}
 	lim := newLimiter(t, "size", overlimit.New(inner, &overlimit.Options{Size: 1}), clock,
 		floodgate.Rule{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 1, Window: time.Hour, Key: []string{"user"}})
@@ -358,7 +359,7 @@ func TestSameAnswers(t *testing.T) {
 		}
 		// One clock for all: a store may assume that time does not go
 		// backwards across its keys.
-		clock := floodgate.NewManualClock(time.Now())
+		clock := clocktest.New(time.Now())
 		for i := range 12 { // rule sets: one rule each, then random pairs and triples
 			set := []floodgate.Rule{rules[i%len(rules)]}
 			for j := 0; i >= len(rules) && j < 1+i%2; j++ {

@@ -121,3 +121,39 @@ func serverCalls(srv *redistest.Server) (calls int64, us float64, ok bool) {
 	us, err2 := strconv.ParseFloat(m[2], 64)
 	return calls, us, err1 == nil && err2 == nil
 }
+
+// BenchmarkBudget answers LLM requests on a per-tenant token budget (a
+// reservable daily window, 1,000 tenants) from 16 callers, the two ways
+// docs/gateway.md teaches: reserve 8,000 tokens and settle with the 3,000
+// used (exact), or peek and record (cheap, overshooting under
+// concurrency); either way two store calls, which coalescing shares
+// between callers. A "decision" in the metrics is one answer, both calls.
+// The budget's limiter has a per-user rule beside it (dailyBudget).
+//
+// Run: go test -run '^$' -bench Budget ./store/redis/
+func BenchmarkBudget(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, way := range []string{"reserve-settle", "peek-record"} {
+		b.Run(way, func(b *testing.B) {
+			lim := dailyBudget(b, "bench", serverStore(b, []string{srv.Addr}, false, nil), 1<<50, noonZone())
+			ctx := context.Background()
+			runCallers(b, srv, 16, func(i uint64) bool {
+				attrs := floodgate.Attributes{"tenant": "tenant:" + strconv.FormatUint(i%1000, 10)}
+				if way == "peek-record" {
+					d, err := lim.Peek(ctx, attrs, 8000)
+					if err != nil || !d.Allowed {
+						return false
+					}
+					_, err = lim.Record(ctx, attrs, 3000)
+					return err == nil
+				}
+				o, err := lim.Reserve(ctx, attrs, 8000, time.Minute)
+				if err != nil || !o.Allowed {
+					return false
+				}
+				s, err := lim.Settle(ctx, o.Ticket(), 3000)
+				return err == nil && s == floodgate.Settled
+			})
+		})
+	}
+}

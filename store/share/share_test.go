@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clocktest"
 	"github.com/floodgate-go/floodgate/store"
 	"github.com/floodgate-go/floodgate/store/guard"
 	"github.com/floodgate-go/floodgate/store/memory"
@@ -23,7 +24,7 @@ func TestEachInstanceAdmitsItsShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := floodgate.NewManualClock(time.Unix(1_700_000_000, 0))
+	clock := clocktest.New(time.Unix(1_700_000_000, 0))
 	l, err := floodgate.New("api", s, []floodgate.Rule{
 		{Name: "per-user", Algorithm: floodgate.FixedWindow, Limit: 10, Window: time.Minute, Key: []string{"user"}},
 		{Name: "burst", Algorithm: floodgate.TokenBucket, Limit: 100, Burst: 40, Window: time.Minute, Key: []string{"user"}},
@@ -55,7 +56,7 @@ func TestShareIsAtLeastOne(t *testing.T) {
 	s, _ := share.New(mem, 8)
 	l, _ := floodgate.New("api", s, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.GCRA, Limit: 3, Window: time.Minute, Key: []string{"user"}},
-	}, &floodgate.Options{Clock: floodgate.NewManualClock(time.Unix(1_700_000_000, 0))})
+	}, &floodgate.Options{Clock: clocktest.New(time.Unix(1_700_000_000, 0))})
 	if d := l.AllowKey(context.Background(), "ann"); !d.Allowed {
 		t.Fatalf("first request denied: %+v", d)
 	}
@@ -93,7 +94,7 @@ func TestLimiterFallsBack(t *testing.T) {
 	l, err := floodgate.New("api", guarded, []floodgate.Rule{
 		{Name: "r", Algorithm: floodgate.FixedWindow, Limit: 6, Window: time.Minute, Key: []string{"user"}},
 	}, &floodgate.Options{FailurePolicy: floodgate.FailClosed,
-		Clock: floodgate.NewManualClock(time.Unix(1_700_000_000, 0))})
+		Clock: clocktest.New(time.Unix(1_700_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
 	}
