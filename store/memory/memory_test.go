@@ -196,16 +196,15 @@ func testSweeperReclaims(t *testing.T, shards int) {
 }
 
 func TestCloseStopsTheSweeper(t *testing.T) {
-	before := sweepers()
 	store := memory.New(&memory.Options{SweepInterval: time.Millisecond})
 	// A goroutine that has not run yet shows in a stack dump as New's
 	// go-statement wrapper, not as the sweeper: wait for it to start.
 	start := time.Now().Add(5 * time.Second)
-	for sweepers() != before+1 && time.Now().Before(start) {
+	for sweepers(store) != 1 && time.Now().Before(start) {
 		time.Sleep(time.Millisecond)
 	}
-	if got := sweepers(); got != before+1 {
-		t.Fatalf("%d sweeper goroutines after New, want %d", got, before+1)
+	if got := sweepers(store); got != 1 {
+		t.Fatalf("%d sweeper goroutines of the store after New, want 1", got)
 	}
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
@@ -216,11 +215,11 @@ func TestCloseStopsTheSweeper(t *testing.T) {
 	// Close waits for the sweeper to signal it is done; its goroutine may
 	// take a moment more to exit.
 	deadline := time.Now().Add(5 * time.Second)
-	for sweepers() != before && time.Now().Before(deadline) {
+	for sweepers(store) != 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if got := sweepers(); got != before {
-		t.Errorf("%d sweeper goroutines after Close, want %d", got, before)
+	if got := sweepers(store); got != 0 {
+		t.Errorf("%d sweeper goroutines of the store after Close, want 0", got)
 	}
 	// A closed store keeps answering.
 	l, _ := floodLimiter(t, store, perIP(floodgate.TokenBucket, 1, time.Minute))
@@ -229,19 +228,23 @@ func TestCloseStopsTheSweeper(t *testing.T) {
 	}
 	// With the sweeper disabled there is nothing to stop.
 	quiet := memory.New(&memory.Options{SweepInterval: -1})
-	if got := sweepers(); got != before {
-		t.Errorf("a store without a sweeper started one (%d, want %d)", got, before)
+	time.Sleep(10 * time.Millisecond)
+	if got := sweepers(quiet); got != 0 {
+		t.Errorf("a store without a sweeper started %d", got)
 	}
 	quiet.Close()
 }
 
-// sweepers counts the goroutines running a memory store's sweeper.
-func sweepers() int {
+// sweepers counts the goroutines running s's sweeper: a stack dump names
+// the receiver of memory.(*Store).sweeper by its address. (Other tests'
+// stores may still be stopping theirs.)
+func sweepers(s *memory.Store) int {
+	call := fmt.Sprintf("memory.(*Store).sweeper(%p", s)
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "memory.(*Store).sweeper(")
+			return strings.Count(string(buf[:n]), call)
 		}
 		buf = make([]byte, 2*len(buf))
 	}
