@@ -258,15 +258,17 @@ func liveCases() []liveCase {
 }
 
 // driveReservations runs one caller's reservations on the hot key until
-// stop: up to 40 units each, settled after a moment of work with at most
-// what they reserved and held to their window's end; one in eight
-// abandoned, held for a few milliseconds, to lapse.
+// stop: up to 100 units each (a third of the window's budget, so that
+// even a slowed machine's callers meet a spent window), settled after a
+// moment of work with at most what they reserved and held to their
+// window's end; one in eight abandoned, held for a few milliseconds, to
+// lapse.
 func driveReservations(t *testing.T, lim *floodgate.Limiter, worker int, stop time.Time) []liveDecision {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(worker), uint64(time.Now().UnixNano())))
 	var ds []liveDecision
 	for time.Now().Before(stop) {
-		units, hold := 1+rng.Int64N(40), time.Second
+		units, hold := 1+rng.Int64N(100), time.Second
 		d := liveDecision{abandoned: rng.IntN(8) == 0}
 		if d.abandoned {
 			hold = time.Duration(1+rng.IntN(20)) * time.Millisecond
