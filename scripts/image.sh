@@ -57,15 +57,13 @@ have_image() { # image
 	if [ "$tool" = podman ]; then podman image exists "$1"; else buildah inspect --type image "$1" >/dev/null 2>&1; fi
 }
 
-# local_builder makes (once per Go version) an image holding this machine's
-# Go toolchain, a static busybox for the shell, and the CA certificates: the
-# stand-in for GO_IMAGE when no registry is reachable.
+# local_builder makes (once) an image holding a static busybox for the
+# shell and the CA certificates, with Go's environment set: the stand-in for
+# GO_IMAGE when no registry is reachable. This machine's Go toolchain is
+# mounted into the build, not copied into the image.
 local_builder() {
-	local goroot gover name c
+	local name=localhost/floodgate-builder:local c
 	command -v go >/dev/null || die "BUILDER=local needs Go on this machine"
-	goroot=$(go env GOROOT)
-	gover=$(go env GOVERSION)
-	name="localhost/floodgate-builder:$gover"
 	if have_image "$name"; then
 		echo "$name"
 		return
@@ -80,12 +78,11 @@ local_builder() {
 	fi
 	[ -f /etc/ssl/certs/ca-certificates.crt ] || die "BUILDER=local needs /etc/ssl/certs/ca-certificates.crt: apt-get install ca-certificates"
 	command -v buildah >/dev/null || die "BUILDER=local needs buildah: apt-get install buildah"
-	echo "image.sh: making $name from $goroot" >&2
+	echo "image.sh: making $name" >&2
 	c=$(buildah from scratch)
 	buildah copy -q "$c" /bin/busybox /bin/busybox >/dev/null
 	buildah run --isolation "$ISOLATION" "$c" /bin/busybox --install -s /bin
-	buildah run --isolation "$ISOLATION" "$c" /bin/mkdir -p /tmp /root /go
-	buildah copy -q "$c" "$goroot" /usr/local/go >/dev/null
+	buildah run --isolation "$ISOLATION" "$c" /bin/mkdir -p /tmp /root /go /usr/local/go
 	buildah copy -q "$c" /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt >/dev/null
 	buildah config --env PATH=/usr/local/go/bin:/go/bin:/bin --env GOPATH=/go \
 		--env GOTOOLCHAIN=local --env HOME=/root "$c"
@@ -113,13 +110,16 @@ registry | local) ;;
 esac
 if [ "$BUILDER" = local ]; then
 	GO_IMAGE=$(local_builder)
-	# The modules come from this machine's cache, filled here, so the build
-	# itself needs no network; the build cache makes repeated builds quick.
+	# The toolchain is this machine's; the modules come from its cache,
+	# filled here, so the build itself needs no network; the build cache is
+	# shared with builds on this machine of the same flags (cgo off,
+	# -trimpath), so a package compiled by one is not compiled again.
 	go mod download
 	modcache=$(go env GOMODCACHE)
 	gocache=$(go env GOCACHE)
 	mkdir -p "$gocache"
 	build_args+=(--build-arg GOPROXY=off --build-arg GOFLAGS=-mod=readonly
+		--volume "$(go env GOROOT):/usr/local/go:ro"
 		--volume "$modcache:/go/pkg/mod" --volume "$gocache:/root/.cache/go-build")
 	# (chroot isolation shares the host's network; GOPROXY=off keeps the
 	# build off it.)

@@ -33,9 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "floodgate")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := buildFloodgate(binary, ""); err != nil {
 		fmt.Fprintln(os.Stderr, "building floodgate:", err)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -43,6 +41,24 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// buildFloodgate compiles this command into the file out, passing ldflags
+// (if any) to the linker. It builds as the Containerfile does (cgo off,
+// -trimpath), so the tests' builds and the image's (TestImage) share Go's
+// build cache: the packages are compiled once, and every later build only
+// links.
+func buildFloodgate(out, ldflags string) error {
+	args := []string{"build", "-trimpath", "-o", out}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, msg)
+	}
+	return nil
 }
 
 // service is a running floodgate serve process.

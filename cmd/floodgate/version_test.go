@@ -12,11 +12,10 @@ import (
 // stamped the way the image and release builds stamp it, and on the plain
 // test binary, whose values come from the build information alone.
 func TestVersionCommand(t *testing.T) {
+	t.Parallel()
 	stamped := filepath.Join(t.TempDir(), "floodgate")
-	build := exec.Command("go", "build", "-trimpath", "-o", stamped,
-		"-ldflags", "-X main.version=v1.2.3 -X main.revision=0123456789abcdef -X main.revisionTime=2026-01-02T03:04:05Z", ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := buildFloodgate(stamped, "-X main.version=v1.2.3 -X main.revision=0123456789abcdef -X main.revisionTime=2026-01-02T03:04:05Z"); err != nil {
+		t.Fatal(err)
 	}
 	want := "floodgate v1.2.3\n" +
 		"module:   github.com/floodgate-go/floodgate\n" +
