@@ -1,4 +1,4 @@
-package server_test
+package main
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // its file is deleted, the page says that nothing is configured.
 func TestStatusPageEnvoyDomainsInBrowser(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildFloodgate(t, dir)
+	bin := binary
 	srv := redistest.Start(t)
 	root := filepath.Join(dir, "runtime")
 	domains := filepath.Join(root, "ratelimit", "config")
@@ -47,7 +47,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	const token = "page-test-token"
-	httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	httpAddr, grpcAddr, debugAddr := freeLoopback(t), freeLoopback(t), freeLoopback(t)
 	env := []string{
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr, "REDIS_TIMEOUT=2s", "USE_STATSD=false", "LOG_LEVEL=warn",
@@ -87,7 +87,7 @@ descriptors:
 		t.Errorf("page header %q (%v), want it to count the Envoy domain", header, err)
 	}
 	// The header's clock is a 24-hour one, as the chart's axis is.
-	waitFor(t, ctx, 5*time.Second, "the header's update time", func() bool {
+	waitForPage(t, ctx, 5*time.Second, "the header's update time", func() bool {
 		updated, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#updated`)))
 		return err == nil && strings.HasPrefix(updated, "updated ")
 	})
@@ -120,7 +120,7 @@ descriptors:
 		ask("remote_address", long)
 	}
 	for rule, key := range map[string]string{"remote_address": "remote_address=10.0.0.1", "blocked": "blocked=10.6.6.6"} {
-		waitFor(t, ctx, 8*time.Second, key+" among "+rule+"'s top denied keys", func() bool {
+		waitForPage(t, ctx, 8*time.Second, key+" among "+rule+"'s top denied keys", func() bool {
 			row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` tr[data-rule="`+rule+`"]`)))
 			return err == nil && strings.Contains(row, key)
 		})
@@ -132,7 +132,7 @@ descriptors:
 	if err != nil || height == 0 || height > 30 {
 		t.Errorf("the long key's row is %vpx high (%v), want one line", height, err)
 	}
-	waitFor(t, ctx, 30*time.Second, "the chart to count the denials", func() bool {
+	waitForPage(t, ctx, 30*time.Second, "the chart to count the denials", func() bool {
 		now, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` .now`)))
 		return err == nil && strings.Contains(now, "denied")
 	})
@@ -141,7 +141,7 @@ descriptors:
 	if err := os.Remove(edge); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, 10*time.Second, "the page to say that nothing is configured", func() bool {
+	waitForPage(t, ctx, 10*time.Second, "the page to say that nothing is configured", func() bool {
 		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](
 			`document.getElementById("empty").hidden + " " + document.querySelectorAll("main section").length + " " + document.getElementById("updated").textContent`))
 		return err == nil && strings.HasPrefix(state, "false 0 updated")

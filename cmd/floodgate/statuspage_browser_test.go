@@ -1,4 +1,4 @@
-package server_test
+package main
 
 // TestStatusPageInBrowser opens the status page of a real `floodgate serve`
 // (the built-in sample configuration) in headless Chromium while
@@ -7,7 +7,7 @@ package server_test
 // With FLOODGATE_SCREENSHOT=path it also lets the load run for a minute and
 // saves a screenshot of the page there (docs/status-page.png is one):
 //
-//	FLOODGATE_SCREENSHOT=$PWD/docs/status-page.png go test -run Browser ./server
+//	FLOODGATE_SCREENSHOT=$PWD/docs/status-page.png go test -run Browser ./cmd/floodgate
 
 import (
 	"context"
@@ -30,9 +30,9 @@ import (
 
 func TestStatusPageInBrowser(t *testing.T) {
 	dir := t.TempDir()
-	bin := buildFloodgate(t, dir)
+	bin := binary
 	const token = "page-test-token"
-	addr := freeAddr(t)
+	addr := freeLoopback(t)
 	base := "http://" + addr
 	serve := exec.Command(bin, "serve", "--http", addr, "--grpc", "-", "--admin-token", token, "--log-level", "warn")
 	serve.Dir = dir // no floodgate.yaml here: the built-in sample serves
@@ -77,7 +77,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
 	var now string
-	waitFor(t, ctx, 20*time.Second, "the api chart to show the load", func() bool {
+	waitForPage(t, ctx, 20*time.Second, "the api chart to show the load", func() bool {
 		after, err := chromedp.Run(ctx, chromedp.Evaluate[string](chart))
 		if err != nil {
 			return false
@@ -89,10 +89,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	// A key denied now is in the top list within a few seconds.
 	for i := 0; i < 40; i++ { // per-user admits 20 a second
-		check(t, base, `{"limiter":"api","attributes":{"user":"mallory-in-test"}}`)
+		postCheck(t, base, `{"limiter":"api","attributes":{"user":"mallory-in-test"}}`)
 	}
 	var row string
-	waitFor(t, ctx, 8*time.Second, "mallory-in-test among per-user's top denied keys", func() bool {
+	waitForPage(t, ctx, 8*time.Second, "mallory-in-test among per-user's top denied keys", func() bool {
 		var err error
 		row, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#limiter-api tr[data-rule="per-user"]`)))
 		return err == nil && strings.Contains(row, "mallory-in-test")
@@ -111,16 +111,6 @@ func TestStatusPageInBrowser(t *testing.T) {
 	for _, p := range problems() {
 		t.Errorf("browser: %s", p)
 	}
-}
-
-// buildFloodgate builds the floodgate binary into dir.
-func buildFloodgate(t *testing.T, dir string) string {
-	t.Helper()
-	bin := filepath.Join(dir, "floodgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/floodgate").CombinedOutput(); err != nil {
-		t.Fatalf("building floodgate: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // openBrowser starts headless Chromium, its profile in dir, sending token
@@ -180,8 +170,8 @@ func openBrowser(t *testing.T, dir, token string) (ctx context.Context, problems
 	}
 }
 
-// waitFor polls cond until it holds, for at most d.
-func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() bool) {
+// waitForPage polls cond until it holds, for at most d.
+func waitForPage(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -192,8 +182,8 @@ func waitFor(t *testing.T, ctx context.Context, d time.Duration, what string, co
 	}
 }
 
-// freeAddr returns a loopback address with a free port.
-func freeAddr(t *testing.T) string {
+// freeLoopback returns a loopback address with a free port.
+func freeLoopback(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -243,7 +233,8 @@ func sampleLimiters(t *testing.T, base string) []string {
 	return names
 }
 
-func check(t *testing.T, base, body string) {
+// postCheck asks POST /v1/check and fails unless it answers 200.
+func postCheck(t *testing.T, base, body string) {
 	t.Helper()
 	resp, err := http.Post(base+"/v1/check", "application/json", strings.NewReader(body))
 	if err != nil {
