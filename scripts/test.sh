@@ -25,20 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-go test -race -count=1 -timeout 30m ./...
-
-# The full-size key flood (10M distinct keys against a 100k-key cap) is too
-# slow under the race detector, which runs a scaled-down version above.
-go test -count=1 -run '^TestFloodDistinctKeys$' ./store/memory
-
-# The top-keys flood at full size (1M distinct keys); the race detector run
-# above sends 100k.
-go test -count=1 -run '^TestFloodOfDistinctKeys$' ./topkeys
-
-# The chi example is its own module, so chi stays out of floodgate's go.mod.
-(cd examples/http && go test -race -count=1 ./...)
-
-# Fuzz every parser briefly; a crash fails the run.
+# Fuzz every parser briefly; a crash fails the run. The fuzzers run beside
+# the tests below at the lowest CPU priority: the tests spend much of their
+# time waiting, on Redis's failover timers and on other processes, and the
+# fuzzers take the CPU they leave.
 #
 # Go 1.26's fuzzing coordinator can fail a target with a bare "context
 # deadline exceeded" as -fuzztime runs out on a busy machine, having found
@@ -61,9 +51,37 @@ fuzz_one() { # pkg target
 	done
 	echo "fuzz $1 $2: the deadline race hit twice; no failing input was found, so this is not a finding"
 }
-go list -f '{{.ImportPath}} {{.Dir}}' ./... | while read -r pkg dir; do
-	for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
-		echo "fuzz $pkg $f ($FUZZTIME)"
-		fuzz_one "$pkg" "$f"
-	done
-done
+fuzz_all() {
+	local failed=0 pkg dir f
+	while read -r pkg dir; do
+		for f in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+			echo "fuzz $pkg $f ($FUZZTIME)"
+			fuzz_one "$pkg" "$f" || failed=1
+		done
+	done < <(go list -f '{{.ImportPath}} {{.Dir}}' ./...)
+	return "$failed"
+}
+fuzz_log=$(mktemp)
+(renice -n 19 -p "$BASHPID" >/dev/null || true; fuzz_all) >"$fuzz_log" 2>&1 &
+fuzz_pid=$!
+trap 'kill "$fuzz_pid" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
+
+# For the same reason four packages run (or build) at once on two cores,
+# and four tests marked parallel within one.
+go test -race -count=1 -p 4 -parallel 4 -timeout 30m ./...
+
+# The full-size key flood (10M distinct keys against a 100k-key cap) is too
+# slow under the race detector, which runs a scaled-down version above.
+go test -count=1 -run '^TestFloodDistinctKeys$' ./store/memory
+
+# The top-keys flood at full size (1M distinct keys); the race detector run
+# above sends 100k.
+go test -count=1 -run '^TestFloodOfDistinctKeys$' ./topkeys
+
+# The chi example is its own module, so chi stays out of floodgate's go.mod.
+(cd examples/http && go test -race -count=1 ./...)
+
+fuzz_ok=0
+wait "$fuzz_pid" || fuzz_ok=$?
+cat "$fuzz_log"
+exit "$fuzz_ok"

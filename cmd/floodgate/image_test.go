@@ -28,6 +28,7 @@ const maxImageBytes = 32 << 20
 // ships. A machine that cannot build images fails the test: it never
 // skips.
 func TestImage(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Fatal("podman is required to build the image: apt-get install podman buildah (scripts/test.sh installs them)")
 	}

@@ -438,6 +438,7 @@ func TestReferenceEnvironment(t *testing.T) {
 		{name: "without watching the root", extra: map[string]string{"RUNTIME_WATCH_ROOT": "false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var srv *redistest.Server
 			if tc.pass != "" {
 				srv = redistest.Start(t, "--requirepass", tc.pass)
@@ -651,6 +652,7 @@ func TestReferenceRedisTLS(t *testing.T) {
 // REDIS_TYPE=CLUSTER and REDIS_TYPE=SENTINEL, as the reference's
 // TestBasicAuthConfigWithRedisCluster and ...WithRedisSentinel run them.
 func TestReferenceRedisTopologies(t *testing.T) {
+	t.Parallel()
 	t.Run("cluster", func(t *testing.T) {
 		c := redistest.StartCluster(t)
 		root := refRuntime(t)

@@ -171,6 +171,7 @@ func waitWithin(t *testing.T, what string, d time.Duration, cond func() bool) {
 // before the first push, pushes, a removed domain, a push it must refuse,
 // and the control plane away for ten seconds.
 func TestEnvoyGatewayEnvironment(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "ca")
 	certs := filepath.Join(dir, "certs")

@@ -34,9 +34,10 @@ import (
 // replica takes over, so the 99% holds only until then and the store warns
 // at start-up; and with cluster-require-full-coverage no, as docs/redis.md
 // asks, where it holds throughout. Both keep Redis's 15s node timeout,
-// so each run takes about 20s. The figures it logs are in
+// so each run takes about 20s; the two run side by side. The figures it logs are in
 // docs/operations.md.
 func TestClusterMasterLost(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name         string
 		args         []string
@@ -45,7 +46,10 @@ func TestClusterMasterLost(t *testing.T) {
 		{"redis defaults", nil, true},
 		{"cluster-require-full-coverage no", []string{"--cluster-require-full-coverage", "no"}, false},
 	} {
-		t.Run(tc.name, func(t *testing.T) { clusterMasterLost(t, tc.args, tc.fullCoverage) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clusterMasterLost(t, tc.args, tc.fullCoverage)
+		})
 	}
 }
 

@@ -29,6 +29,7 @@ const keyBytesChild = "FLOODGATE_KEYBYTES_CHILD"
 // process, goroutines that earlier tests left behind free memory during the
 // flood and make the figure meaningless.
 func TestLongKeysCostLikeShortOnes(t *testing.T) {
+	t.Parallel()
 	if os.Getenv(keyBytesChild) == "" {
 		args := []string{"-test.run=^TestLongKeysCostLikeShortOnes$", "-test.v"}
 		if testing.Short() {

@@ -49,9 +49,13 @@ const migrationDeadline = time.Second
 // lease left held; no key without a TTL on any master. It logs
 // how many decisions on the moving slots still reached the policy.
 func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel()
 	for _, tag := range []redis.HashTag{redis.TagRule, redis.TagLimiter} {
 		for _, how := range []string{"by-hand", "reshard", "add-node+rebalance", "cluster-failover"} {
-			t.Run(tag.String()+"/"+how, func(t *testing.T) { slotMigration(t, tag, how) })
+			t.Run(tag.String()+"/"+how, func(t *testing.T) {
+				t.Parallel()
+				slotMigration(t, tag, how)
+			})
 		}
 	}
 }

@@ -33,6 +33,7 @@ import (
 // writes once its replica leaves it, and the new one until the old master
 // has become its replica. The figures it logs are in docs/redis.md.
 func TestSentinelPlannedFailover(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -42,7 +43,10 @@ func TestSentinelPlannedFailover(t *testing.T) {
 		{"no pause", nil, true},
 		{"no pause, min-replicas-to-write 1", []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"}, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { plannedFailover(t, tc.args, tc.noPause) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			plannedFailover(t, tc.args, tc.noPause)
+		})
 	}
 }
 
