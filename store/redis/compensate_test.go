@@ -18,6 +18,7 @@ import (
 // charged key's slot and is applied (it was sent as slot 0's, and the open
 // breaker refused it, leaving the unit charged).
 func TestClusterCompensationUsesItsNode(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	owners := slotOwners(t, cl.Nodes[0])
 	var zero *redistest.Server // the master of slot 0

@@ -468,6 +468,7 @@ func testResetHolds(t *testing.T, c *budgetCase, align floodgate.Align) {
 // the call apart. Every step answers as off a migration, the settlement
 // is applied once, and every key written has a TTL.
 func TestClusterReservationOnMigratingSlot(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	d := deployment{"cluster", cl.Addrs(), true, cl.Nodes}
 	owners := slotOwners(t, cl.Nodes[0])

@@ -209,6 +209,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 // once the run ends every counter equals the hits admitted (denied
 // decisions were compensated).
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	const instances, requests = 3, 1500
 	limits := map[string]int64{"user": 300, "tenant": 500, "global": 1000}
@@ -336,6 +337,7 @@ func TestSentinel(t *testing.T) {
 // the masters' commandstats), and concurrent decisions admit exactly the limit.
 // A concurrency rule's lease set and a refund's ticket use the same tag.
 func TestClusterTagLimiter(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	const instances, requests = 3, 1000
 	rules := []floodgate.Rule{

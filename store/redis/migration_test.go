@@ -193,7 +193,7 @@ func slotMigration(t *testing.T, tag redis.HashTag, how string) {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range 16 {
+	for w := range 8 {
 		wg.Go(func() { m.work(uint64(w), stop) })
 	}
 	time.Sleep(time.Second)

@@ -20,6 +20,7 @@ import (
 // touched it again, which Redis refuses mid-script on a migrating slot:
 // "Script attempted to access a non local key", the lease left held).
 func TestClusterReleaseOnMigratingSlot(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	owners := slotOwners(t, cl.Nodes[0])
 	st := serverStore(t, cl.Addrs(), true, nil)
@@ -66,6 +67,7 @@ func TestClusterReleaseOnMigratingSlot(t *testing.T) {
 // apart. The refund gives its unit back once, the lease is taken, and
 // every key written has a TTL.
 func TestClusterRefundOnMigratingSlot(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	owners := slotOwners(t, cl.Nodes[0])
 	st := serverStore(t, cl.Addrs(), true, nil)
@@ -137,6 +139,7 @@ func TestClusterRefundOnMigratingSlot(t *testing.T) {
 // function. The refund gives its unit back, the lease is taken, and every
 // key written has a TTL.
 func TestClusterMigratingToNodeWithoutLibrary(t *testing.T) {
+	t.Parallel()
 	cl := redistest.StartCluster(t)
 	owners := slotOwners(t, cl.Nodes[0])
 	st := serverStore(t, cl.Addrs(), true, nil)
