@@ -35,7 +35,7 @@ fi
 # nothing (go.dev/issue/75804, fixed in Go 1.27). A real finding always writes
 # "Failing input written to ...". So such a failure is retried once, and only
 # a real finding (or anything else) fails the run.
-FUZZTIME=${FUZZTIME:-10s}
+FUZZTIME=${FUZZTIME:-5s}
 fuzz_one() { # pkg target
 	local out
 	for attempt in 1 2; do
