@@ -299,54 +299,69 @@ func startReference(t *testing.T, env map[string]string, args ...string) *refSer
 // a link to it) with the argument vector args.
 func startReferenceProgram(t *testing.T, env map[string]string, program string, args ...string) *refService {
 	t.Helper()
-	for _, name := range []string{"PORT", "GRPC_PORT", "DEBUG_PORT"} {
-		var host string
-		host, env[name] = freeAddr(t)
-		env[strings.TrimSuffix(name, "PORT")+"HOST"] = host
-	}
 	if _, ok := env["FLOODGATE_ENVOY_REMOVE_AFTER"]; !ok && env["CONFIG_TYPE"] != "GRPC_XDS_SOTW" {
 		// The reference's testConfigReload waits for a removed file's
 		// domain to go; floodgate keeps it for this long first.
 		env["FLOODGATE_ENVOY_REMOVE_AFTER"] = "1s"
 	}
-	var list []string
-	for k, v := range env {
-		if !knownEnvVar(k) {
-			t.Fatalf("%s is not a variable of the reference service", k)
+	var (
+		cmd  *exec.Cmd
+		s    *refService
+		done chan struct{}
+	)
+	// A port found free can be taken (by another test's process, or as a
+	// connection's local port) before floodgate binds it: then floodgate
+	// is started again on other ports.
+	for attempt := 1; ; attempt++ {
+		for _, name := range []string{"PORT", "GRPC_PORT", "DEBUG_PORT"} {
+			var host string
+			host, env[name] = freeAddr(t)
+			env[strings.TrimSuffix(name, "PORT")+"HOST"] = host
 		}
-		list = append(list, k+"="+v)
-	}
-	cmd := exec.Command(program, args...)
-	cmd.Env = list
-	cmd.Dir = t.TempDir()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &refService{logs: &syncbuf.Buffer{}}
-	ready, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			fmt.Fprintln(s.logs, sc.Text())
-			if line := logLine(sc.Text()); line["msg"] == "listening" {
-				s.http, s.grpc = "http://"+line["http"], line["grpc"]
-				close(ready)
+		var list []string
+		for k, v := range env {
+			if !knownEnvVar(k) {
+				t.Fatalf("%s is not a variable of the reference service", k)
 			}
+			list = append(list, k+"="+v)
 		}
-		cmd.Wait()
-	}()
-	select {
-	case <-ready:
-	case <-done:
-		t.Fatalf("floodgate exited before listening:\n%s", s.logs.String())
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("floodgate did not start listening")
+		cmd = exec.Command(program, args...)
+		cmd.Env = list
+		cmd.Dir = t.TempDir()
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		s = &refService{logs: &syncbuf.Buffer{}}
+		ready := make(chan struct{})
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				fmt.Fprintln(s.logs, sc.Text())
+				if line := logLine(sc.Text()); line["msg"] == "listening" {
+					s.http, s.grpc = "http://"+line["http"], line["grpc"]
+					close(ready)
+				}
+			}
+			cmd.Wait()
+		}()
+		select {
+		case <-ready:
+		case <-done:
+			if attempt < 3 && strings.Contains(s.logs.String(), "address already in use") {
+				continue
+			}
+			t.Fatalf("floodgate exited before listening:\n%s", s.logs.String())
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("floodgate did not start listening")
+		}
+		break
 	}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
