@@ -32,7 +32,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	dir := t.TempDir()
 	bin := binary
 	const token = "page-test-token"
-	addr := freeLoopback(t)
+	addr := net.JoinHostPort(freeAddr(t))
 	base := "http://" + addr
 	serve := exec.Command(bin, "serve", "--http", addr, "--grpc", "-", "--admin-token", token, "--log-level", "warn")
 	serve.Dir = dir // no floodgate.yaml here: the built-in sample serves
@@ -77,7 +77,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	t.Cleanup(func() { load.Process.Kill(); load.Wait() })
 	var now string
-	waitForPage(t, ctx, 20*time.Second, "the api chart to show the load", func() bool {
+	waitWithin(t, "the api chart to show the load", 20*time.Second, func() bool {
 		after, err := chromedp.Run(ctx, chromedp.Evaluate[string](chart))
 		if err != nil {
 			return false
@@ -92,7 +92,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		postCheck(t, base, `{"limiter":"api","attributes":{"user":"mallory-in-test"}}`)
 	}
 	var row string
-	waitForPage(t, ctx, 8*time.Second, "mallory-in-test among per-user's top denied keys", func() bool {
+	waitWithin(t, "mallory-in-test among per-user's top denied keys", 8*time.Second, func() bool {
 		var err error
 		row, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#limiter-api tr[data-rule="per-user"]`)))
 		return err == nil && strings.Contains(row, "mallory-in-test")
@@ -168,29 +168,6 @@ func openBrowser(t *testing.T, dir, token string) (ctx context.Context, problems
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
 	}
-}
-
-// waitForPage polls cond until it holds, for at most d.
-func waitForPage(t *testing.T, ctx context.Context, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("waited %v for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// freeLoopback returns a loopback address with a free port.
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func waitReady(t *testing.T, base string) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,7 +48,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	const token = "page-test-token"
-	httpAddr, grpcAddr, debugAddr := freeLoopback(t), freeLoopback(t), freeLoopback(t)
+	httpAddr, grpcAddr, debugAddr := net.JoinHostPort(freeAddr(t)), net.JoinHostPort(freeAddr(t)), net.JoinHostPort(freeAddr(t))
 	env := []string{
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config",
 		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr, "REDIS_TIMEOUT=2s", "USE_STATSD=false", "LOG_LEVEL=warn",
@@ -87,7 +88,7 @@ descriptors:
 		t.Errorf("page header %q (%v), want it to count the Envoy domain", header, err)
 	}
 	// The header's clock is a 24-hour one, as the chart's axis is.
-	waitForPage(t, ctx, 5*time.Second, "the header's update time", func() bool {
+	waitWithin(t, "the header's update time", 5*time.Second, func() bool {
 		updated, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#updated`)))
 		return err == nil && strings.HasPrefix(updated, "updated ")
 	})
@@ -120,7 +121,7 @@ descriptors:
 		ask("remote_address", long)
 	}
 	for rule, key := range map[string]string{"remote_address": "remote_address=10.0.0.1", "blocked": "blocked=10.6.6.6"} {
-		waitForPage(t, ctx, 8*time.Second, key+" among "+rule+"'s top denied keys", func() bool {
+		waitWithin(t, key+" among "+rule+"'s top denied keys", 8*time.Second, func() bool {
 			row, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` tr[data-rule="`+rule+`"]`)))
 			return err == nil && strings.Contains(row, key)
 		})
@@ -132,7 +133,7 @@ descriptors:
 	if err != nil || height == 0 || height > 30 {
 		t.Errorf("the long key's row is %vpx high (%v), want one line", height, err)
 	}
-	waitForPage(t, ctx, 30*time.Second, "the chart to count the denials", func() bool {
+	waitWithin(t, "the chart to count the denials", 30*time.Second, func() bool {
 		now, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(section+` .now`)))
 		return err == nil && strings.Contains(now, "denied")
 	})
@@ -141,7 +142,7 @@ descriptors:
 	if err := os.Remove(edge); err != nil {
 		t.Fatal(err)
 	}
-	waitForPage(t, ctx, 10*time.Second, "the page to say that nothing is configured", func() bool {
+	waitWithin(t, "the page to say that nothing is configured", 10*time.Second, func() bool {
 		state, err := chromedp.Run(ctx, chromedp.Evaluate[string](
 			`document.getElementById("empty").hidden + " " + document.querySelectorAll("main section").length + " " + document.getElementById("updated").textContent`))
 		return err == nil && strings.HasPrefix(state, "false 0 updated")
