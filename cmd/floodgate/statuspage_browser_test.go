@@ -30,11 +30,10 @@ import (
 
 func TestStatusPageInBrowser(t *testing.T) {
 	dir := t.TempDir()
-	bin := binary
 	const token = "page-test-token"
 	addr := net.JoinHostPort(freeAddr(t))
 	base := "http://" + addr
-	serve := exec.Command(bin, "serve", "--http", addr, "--grpc", "-", "--admin-token", token, "--log-level", "warn")
+	serve := exec.Command(binary, "serve", "--http", addr, "--grpc", "-", "--admin-token", token, "--log-level", "warn")
 	serve.Dir = dir // no floodgate.yaml here: the built-in sample serves
 	serve.Stderr = os.Stderr
 	if err := serve.Start(); err != nil {
@@ -70,7 +69,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if screenshot != "" {
 		duration = "90s"
 	}
-	load := exec.Command(bin, "load", "--addr", base, "--limiter", "api", "--attribute", "user",
+	load := exec.Command(binary, "load", "--addr", base, "--limiter", "api", "--attribute", "user",
 		"--keys", "20", "--dist", "zipf", "--rate", "300", "--duration", duration, "--quiet")
 	if err := load.Start(); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,6 @@ import (
 // its file is deleted, the page says that nothing is configured.
 func TestStatusPageEnvoyDomainsInBrowser(t *testing.T) {
 	dir := t.TempDir()
-	bin := binary
 	srv := redistest.Start(t)
 	root := filepath.Join(dir, "runtime")
 	domains := filepath.Join(root, "ratelimit", "config")
@@ -59,7 +58,7 @@ descriptors:
 		host, port, _ := strings.Cut(addr, ":")
 		env = append(env, name+"HOST="+host, name+"PORT="+port)
 	}
-	ref := exec.Command(bin)
+	ref := exec.Command(binary)
 	ref.Dir, ref.Env, ref.Stderr = dir, env, os.Stderr
 	if err := ref.Start(); err != nil {
 		t.Fatal(err)
